@@ -1,0 +1,198 @@
+//! An owned packet buffer. Drop returns it to its pool.
+
+use std::ptr::NonNull;
+
+use crate::error::{Error, Result};
+use crate::sys;
+
+/// One mbuf (first segment views only: our pools make single-segment
+/// packets). `repr(transparent)` so a slice of batch pointers can be viewed
+/// as a slice of `Mbuf` without copying.
+#[repr(transparent)]
+pub struct Mbuf {
+    raw: NonNull<sys::rte_mbuf>,
+}
+
+// SAFETY: an Mbuf is the only owner of its rte_mbuf; moving it between
+// threads is how DPDK passes packets between lcores. The pool it returns to
+// is thread-safe.
+unsafe impl Send for Mbuf {}
+
+impl Mbuf {
+    /// Take ownership of a raw mbuf.
+    ///
+    /// # Safety
+    /// `raw` must be a valid mbuf that nobody else owns or frees.
+    pub unsafe fn from_raw(raw: NonNull<sys::rte_mbuf>) -> Mbuf {
+        Mbuf { raw }
+    }
+
+    /// Give up ownership; the caller must free or send the mbuf.
+    pub fn into_raw(self) -> NonNull<sys::rte_mbuf> {
+        let raw = self.raw;
+        std::mem::forget(self);
+        raw
+    }
+
+    pub fn as_ptr(&self) -> *mut sys::rte_mbuf {
+        self.raw.as_ptr()
+    }
+
+    fn hdr(&self) -> &sys::rte_mbuf {
+        // SAFETY: we own a valid mbuf; shared access to its header.
+        unsafe { self.raw.as_ref() }
+    }
+
+    fn hdr_mut(&mut self) -> &mut sys::rte_mbuf {
+        // SAFETY: we own a valid mbuf; &mut self makes access exclusive.
+        unsafe { self.raw.as_mut() }
+    }
+
+    /// Bytes of data in this (first) segment.
+    pub fn len(&self) -> usize {
+        self.hdr().data_len as usize
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Bytes of the whole packet, all segments.
+    pub fn pkt_len(&self) -> usize {
+        self.hdr().pkt_len as usize
+    }
+
+    pub fn data(&self) -> &[u8] {
+        let h = self.hdr();
+        // SAFETY: buf_addr + data_off .. + data_len lies inside the mbuf's
+        // buffer and is initialised packet data; we own the mbuf.
+        unsafe {
+            std::slice::from_raw_parts(
+                (h.buf_addr as *const u8).add(h.data_off as usize),
+                h.data_len as usize,
+            )
+        }
+    }
+
+    pub fn data_mut(&mut self) -> &mut [u8] {
+        let h = self.hdr_mut();
+        // SAFETY: as in data(), and &mut self gives exclusive access.
+        unsafe {
+            std::slice::from_raw_parts_mut(
+                (h.buf_addr as *mut u8).add(h.data_off as usize),
+                h.data_len as usize,
+            )
+        }
+    }
+
+    pub fn headroom(&self) -> usize {
+        self.hdr().data_off as usize
+    }
+
+    pub fn tailroom(&self) -> usize {
+        let h = self.hdr();
+        h.buf_len as usize - h.data_off as usize - h.data_len as usize
+    }
+
+    /// Grow the data at the end by `len` bytes and return them (uninitialised
+    /// contents are whatever the buffer held; callers overwrite them).
+    pub fn append(&mut self, len: usize) -> Result<&mut [u8]> {
+        let available = self.tailroom();
+        let l = u16::try_from(len).ok().filter(|_| len <= available).ok_or(Error::NoRoom {
+            room: "tailroom",
+            wanted: len,
+            available,
+        })?;
+        // SAFETY: we own the mbuf and checked the tailroom, so append
+        // succeeds and returns a pointer to `len` bytes inside the buffer.
+        unsafe {
+            let p = sys::ainftp_pktmbuf_append(self.raw.as_ptr(), l);
+            Ok(std::slice::from_raw_parts_mut(p as *mut u8, len))
+        }
+    }
+
+    /// Grow the data at the front by `len` bytes (into the headroom).
+    pub fn prepend(&mut self, len: usize) -> Result<&mut [u8]> {
+        let available = self.headroom();
+        let l = u16::try_from(len).ok().filter(|_| len <= available).ok_or(Error::NoRoom {
+            room: "headroom",
+            wanted: len,
+            available,
+        })?;
+        // SAFETY: we own the mbuf and checked the headroom.
+        unsafe {
+            let p = sys::ainftp_pktmbuf_prepend(self.raw.as_ptr(), l);
+            Ok(std::slice::from_raw_parts_mut(p as *mut u8, len))
+        }
+    }
+
+    /// Remove `len` bytes from the front (e.g. a parsed header).
+    pub fn adj(&mut self, len: usize) -> Result<()> {
+        let available = self.len();
+        let l = u16::try_from(len).ok().filter(|_| len <= available).ok_or(Error::NoRoom {
+            room: "data",
+            wanted: len,
+            available,
+        })?;
+        // SAFETY: we own the mbuf and len <= data_len.
+        unsafe { sys::ainftp_pktmbuf_adj(self.raw.as_ptr(), l) };
+        Ok(())
+    }
+
+    /// Remove `len` bytes from the end.
+    pub fn trim(&mut self, len: usize) -> Result<()> {
+        let available = self.len();
+        let l = u16::try_from(len).ok().filter(|_| len <= available).ok_or(Error::NoRoom {
+            room: "data",
+            wanted: len,
+            available,
+        })?;
+        // SAFETY: we own the mbuf and len <= data_len.
+        unsafe { sys::ainftp_pktmbuf_trim(self.raw.as_ptr(), l) };
+        Ok(())
+    }
+
+    pub fn ol_flags(&self) -> u64 {
+        self.hdr().ol_flags
+    }
+
+    pub fn set_ol_flags(&mut self, flags: u64) {
+        self.hdr_mut().ol_flags = flags;
+    }
+
+    /// The RSS hash the NIC computed, if it set one.
+    pub fn rss_hash(&self) -> Option<u32> {
+        // SAFETY: reading immutable constants exported by the shim.
+        let flag = unsafe { sys::AINFTP_MBUF_F_RX_RSS_HASH };
+        // SAFETY: we own a valid mbuf.
+        (self.ol_flags() & flag != 0).then(|| unsafe { sys::ainftp_mbuf_rss_hash(self.as_ptr()) })
+    }
+
+    /// The RTE_PTYPE_* classification the PMD set (0: unknown).
+    pub fn packet_type(&self) -> u32 {
+        // SAFETY: we own a valid mbuf.
+        unsafe { sys::ainftp_mbuf_packet_type(self.as_ptr()) }
+    }
+
+    /// The port the mbuf was received on.
+    pub fn port(&self) -> u16 {
+        self.hdr().port
+    }
+}
+
+impl Drop for Mbuf {
+    fn drop(&mut self) {
+        // SAFETY: we own the mbuf and nobody uses it after this.
+        unsafe { sys::ainftp_pktmbuf_free(self.raw.as_ptr()) };
+    }
+}
+
+impl std::fmt::Debug for Mbuf {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Mbuf")
+            .field("len", &self.len())
+            .field("headroom", &self.headroom())
+            .field("tailroom", &self.tailroom())
+            .finish()
+    }
+}

@@ -1,0 +1,136 @@
+//! Packet-buffer (pktmbuf) pools in hugepage memory.
+
+use std::ffi::CString;
+use std::mem::ManuallyDrop;
+use std::ptr::NonNull;
+use std::sync::Arc;
+
+use crate::batch::MbufBatch;
+use crate::eal::Eal;
+use crate::error::{from_rte_errno, Error, Result};
+use crate::mbuf::Mbuf;
+use crate::sys;
+
+/// Default data room: 2048 bytes of packet plus the standard headroom.
+pub const DEFAULT_DATA_ROOM: u16 = sys::RTE_MBUF_DEFAULT_BUF_SIZE as u16;
+
+#[derive(Clone)]
+pub struct Mempool {
+    inner: Arc<PoolInner>,
+}
+
+struct PoolInner {
+    raw: NonNull<sys::rte_mempool>,
+    name: String,
+    size: u32,
+    eal: ManuallyDrop<Eal>,
+}
+
+// SAFETY: rte_mempool is designed for concurrent use from many threads
+// (lock-free ring plus per-lcore caches); the pointer is never freed while a
+// handle exists.
+unsafe impl Send for PoolInner {}
+// SAFETY: as above.
+unsafe impl Sync for PoolInner {}
+
+impl Mempool {
+    /// A pool of `size` mbufs with `data_room` bytes each (headroom
+    /// included), with a per-lcore cache of `cache` mbufs, on NUMA `socket`
+    /// (None: any).
+    pub fn new(
+        eal: &Eal,
+        name: &str,
+        size: u32,
+        cache: u32,
+        data_room: u16,
+        socket: Option<i32>,
+    ) -> Result<Mempool> {
+        let cname = CString::new(name)
+            .map_err(|_| Error::InvalidArgument(format!("pool name {name:?} has a NUL")))?;
+        let socket = socket.unwrap_or(sys::SOCKET_ID_ANY);
+        // SAFETY: EAL is initialised (we hold `eal`); the name is a valid C
+        // string that DPDK copies.
+        let raw = unsafe {
+            sys::rte_pktmbuf_pool_create(cname.as_ptr(), size, cache, 0, data_room, socket)
+        };
+        let raw = NonNull::new(raw).ok_or_else(|| from_rte_errno("rte_pktmbuf_pool_create"))?;
+        Ok(Mempool {
+            inner: Arc::new(PoolInner {
+                raw,
+                name: name.to_owned(),
+                size,
+                eal: ManuallyDrop::new(eal.clone()),
+            }),
+        })
+    }
+
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    pub fn size(&self) -> u32 {
+        self.inner.size
+    }
+
+    /// Mbufs free in the pool, per-lcore caches included.
+    pub fn available(&self) -> u32 {
+        // SAFETY: the pool is alive while self is.
+        unsafe { sys::rte_mempool_avail_count(self.inner.raw.as_ptr()) }
+    }
+
+    /// Mbufs taken from the pool and not yet returned.
+    pub fn in_use(&self) -> u32 {
+        // SAFETY: the pool is alive while self is.
+        unsafe { sys::rte_mempool_in_use_count(self.inner.raw.as_ptr()) }
+    }
+
+    pub fn alloc(&self) -> Result<Mbuf> {
+        // SAFETY: the pool is alive and is a pktmbuf pool.
+        let m = unsafe { sys::ainftp_pktmbuf_alloc(self.inner.raw.as_ptr()) };
+        match NonNull::new(m) {
+            // SAFETY: a freshly allocated mbuf is ours alone.
+            Some(m) => Ok(unsafe { Mbuf::from_raw(m) }),
+            None => Err(Error::PoolExhausted(self.inner.name.clone())),
+        }
+    }
+
+    /// Fill the batch's free slots with `n` fresh mbufs, all or none.
+    pub fn alloc_bulk<const N: usize>(&self, batch: &mut MbufBatch<N>, n: usize) -> Result<()> {
+        let n = n.min(batch.spare());
+        if n == 0 {
+            return Ok(());
+        }
+        // SAFETY: the batch's spare slots have room for n pointers; on
+        // success all n are valid fresh mbufs that the batch now owns.
+        let rc = unsafe {
+            sys::ainftp_pktmbuf_alloc_bulk(self.inner.raw.as_ptr(), batch.spare_ptr(), n as u32)
+        };
+        if rc != 0 {
+            return Err(Error::PoolExhausted(self.inner.name.clone()));
+        }
+        // SAFETY: n slots were just filled with owned mbufs.
+        unsafe { batch.commit(n) };
+        Ok(())
+    }
+
+    pub fn as_ptr(&self) -> *mut sys::rte_mempool {
+        self.inner.raw.as_ptr()
+    }
+}
+
+impl Drop for PoolInner {
+    fn drop(&mut self) {
+        // SAFETY: the pool is alive; the count is a read.
+        let in_use = unsafe { sys::rte_mempool_in_use_count(self.raw.as_ptr()) };
+        if in_use != 0 {
+            // Mbufs still point into this pool: freeing it (or the EAL's
+            // memory) would leave them dangling, so both stay.
+            tracing::warn!(pool = %self.name, in_use, "mempool dropped with mbufs in use; leaking it");
+            return;
+        }
+        // SAFETY: no mbuf of this pool is outstanding and no handle is left.
+        unsafe { sys::rte_mempool_free(self.raw.as_ptr()) };
+        // SAFETY: dropped exactly once, here.
+        unsafe { ManuallyDrop::drop(&mut self.eal) };
+    }
+}
