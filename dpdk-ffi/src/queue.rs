@@ -37,7 +37,13 @@ impl RxQueue {
     /// Receive into the batch's free slots; returns how many arrived.
     #[inline]
     pub fn rx_burst<const N: usize>(&mut self, batch: &mut MbufBatch<N>) -> usize {
-        let room = batch.spare() as u16;
+        self.rx_burst_max(batch, N)
+    }
+
+    /// Receive at most `max` packets into the batch's free slots.
+    #[inline]
+    pub fn rx_burst_max<const N: usize>(&mut self, batch: &mut MbufBatch<N>, max: usize) -> usize {
+        let room = batch.spare().min(max).min(u16::MAX as usize) as u16;
         // SAFETY: this queue is configured and started (the Port lives in
         // self) and owned by this thread (&mut self, taken once); the batch
         // has `room` free slots for the received pointers.

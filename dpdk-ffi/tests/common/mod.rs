@@ -38,3 +38,43 @@ pub fn frame(seq: u32, len: usize) -> Vec<u8> {
     }
     f
 }
+
+/// A veth pair that exists for the life of the value (needs root).
+pub struct Veth {
+    pub a: String,
+    pub b: String,
+}
+
+impl Veth {
+    pub fn new(a: &str, b: &str) -> Veth {
+        let _ = ip(&["link", "del", a]);
+        ip(&["link", "add", a, "type", "veth", "peer", "name", b]).expect("ip link add veth (root?)");
+        for dev in [a, b] {
+            // No IPv6 so the kernel sends no router/neighbour solicitations.
+            let _ = std::fs::write(format!("/proc/sys/net/ipv6/conf/{dev}/disable_ipv6"), "1");
+            ip(&["link", "set", dev, "up"]).unwrap();
+        }
+        Veth {
+            a: a.into(),
+            b: b.into(),
+        }
+    }
+}
+
+impl Drop for Veth {
+    fn drop(&mut self) {
+        let _ = ip(&["link", "del", &self.a]);
+    }
+}
+
+fn ip(args: &[&str]) -> Result<(), String> {
+    let out = std::process::Command::new("ip")
+        .args(args)
+        .output()
+        .map_err(|e| e.to_string())?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).into_owned())
+    }
+}
