@@ -17,7 +17,9 @@ pub enum Error {
     },
     #[error("the DPDK EAL can be initialised once per process; clone the existing Eal instead")]
     AlreadyInitialised,
-    #[error("no usable hugepages: {0}; run scripts/setup-host.sh (as root) to reserve and mount them")]
+    #[error(
+        "no usable hugepages: {0}; run scripts/setup-host.sh (as root) to reserve and mount them"
+    )]
     NoHugepages(String),
     #[error("invalid argument: {0}")]
     InvalidArgument(String),

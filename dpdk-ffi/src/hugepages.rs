@@ -43,7 +43,10 @@ impl HugepageStatus {
     }
 
     pub fn free_bytes(&self) -> u64 {
-        self.sizes.iter().map(|(kb, _, free)| kb * 1024 * free).sum()
+        self.sizes
+            .iter()
+            .map(|(kb, _, free)| kb * 1024 * free)
+            .sum()
     }
 
     /// Why DPDK cannot get hugepage memory here, or None if it can.

@@ -98,11 +98,14 @@ impl Mbuf {
     /// contents are whatever the buffer held; callers overwrite them).
     pub fn append(&mut self, len: usize) -> Result<&mut [u8]> {
         let available = self.tailroom();
-        let l = u16::try_from(len).ok().filter(|_| len <= available).ok_or(Error::NoRoom {
-            room: "tailroom",
-            wanted: len,
-            available,
-        })?;
+        let l = u16::try_from(len)
+            .ok()
+            .filter(|_| len <= available)
+            .ok_or(Error::NoRoom {
+                room: "tailroom",
+                wanted: len,
+                available,
+            })?;
         // SAFETY: we own the mbuf and checked the tailroom, so append
         // succeeds and returns a pointer to `len` bytes inside the buffer.
         unsafe {
@@ -114,11 +117,14 @@ impl Mbuf {
     /// Grow the data at the front by `len` bytes (into the headroom).
     pub fn prepend(&mut self, len: usize) -> Result<&mut [u8]> {
         let available = self.headroom();
-        let l = u16::try_from(len).ok().filter(|_| len <= available).ok_or(Error::NoRoom {
-            room: "headroom",
-            wanted: len,
-            available,
-        })?;
+        let l = u16::try_from(len)
+            .ok()
+            .filter(|_| len <= available)
+            .ok_or(Error::NoRoom {
+                room: "headroom",
+                wanted: len,
+                available,
+            })?;
         // SAFETY: we own the mbuf and checked the headroom.
         unsafe {
             let p = sys::ainftp_pktmbuf_prepend(self.raw.as_ptr(), l);
@@ -129,11 +135,14 @@ impl Mbuf {
     /// Remove `len` bytes from the front (e.g. a parsed header).
     pub fn adj(&mut self, len: usize) -> Result<()> {
         let available = self.len();
-        let l = u16::try_from(len).ok().filter(|_| len <= available).ok_or(Error::NoRoom {
-            room: "data",
-            wanted: len,
-            available,
-        })?;
+        let l = u16::try_from(len)
+            .ok()
+            .filter(|_| len <= available)
+            .ok_or(Error::NoRoom {
+                room: "data",
+                wanted: len,
+                available,
+            })?;
         // SAFETY: we own the mbuf and len <= data_len.
         unsafe { sys::ainftp_pktmbuf_adj(self.raw.as_ptr(), l) };
         Ok(())
@@ -142,11 +151,14 @@ impl Mbuf {
     /// Remove `len` bytes from the end.
     pub fn trim(&mut self, len: usize) -> Result<()> {
         let available = self.len();
-        let l = u16::try_from(len).ok().filter(|_| len <= available).ok_or(Error::NoRoom {
-            room: "data",
-            wanted: len,
-            available,
-        })?;
+        let l = u16::try_from(len)
+            .ok()
+            .filter(|_| len <= available)
+            .ok_or(Error::NoRoom {
+                room: "data",
+                wanted: len,
+                available,
+            })?;
         // SAFETY: we own the mbuf and len <= data_len.
         unsafe { sys::ainftp_pktmbuf_trim(self.raw.as_ptr(), l) };
         Ok(())

@@ -11,12 +11,15 @@ use crate::mempool::Mempool;
 use crate::queue::{RxQueue, TxQueue};
 use crate::sys;
 
-/// How to set a port up. `Default` gives one queue pair, 1024 descriptors,
-/// RSS and checksum offloads where offered, promiscuous mode on.
+/// How to set a port up. `Default` gives one queue pair, the PMD's preferred
+/// ring sizes, RSS and checksum offloads where offered, promiscuous mode on.
 #[derive(Debug, Clone)]
 pub struct PortConfig {
     pub rx_queues: u16,
     pub tx_queues: u16,
+    /// Descriptors per queue; 0: the PMD's preferred size (ethdev falls
+    /// back to 512), which is what testpmd uses. Some PMDs (memif) stall
+    /// with sizes they do not expect.
     pub rx_descriptors: u16,
     pub tx_descriptors: u16,
     /// Spread IPv4/UDP flows over the rx queues by hash (when > 1 queue).
@@ -32,8 +35,8 @@ impl Default for PortConfig {
         PortConfig {
             rx_queues: 1,
             tx_queues: 1,
-            rx_descriptors: 1024,
-            tx_descriptors: 1024,
+            rx_descriptors: 0,
+            tx_descriptors: 0,
             rss: true,
             checksum_offload: true,
             mtu: None,
@@ -342,7 +345,10 @@ fn looks_like_pci(name: &str) -> bool {
     // dddd:bb:dd.f or bb:dd.f
     let short = b.len() == 7 && b[2] == b':' && b[5] == b'.';
     let long = b.len() == 12 && b[4] == b':' && b[7] == b':' && b[10] == b'.';
-    (short || long) && name.chars().all(|c| c.is_ascii_hexdigit() || c == ':' || c == '.')
+    (short || long)
+        && name
+            .chars()
+            .all(|c| c.is_ascii_hexdigit() || c == ':' || c == '.')
 }
 
 fn hotplug(dev: &str, name: &str) -> Result<u16> {
@@ -463,10 +469,12 @@ fn configure(info: &PortInfo, cfg: &PortConfig, pool: &Mempool) -> Result<PortFe
         return Err(dpdk("rte_eth_dev_configure", rc));
     }
     let (mut nb_rxd, mut nb_txd) = (cfg.rx_descriptors, cfg.tx_descriptors);
-    // SAFETY: valid port id and out-pointers.
-    let rc = unsafe { sys::rte_eth_dev_adjust_nb_rx_tx_desc(id, &mut nb_rxd, &mut nb_txd) };
-    if rc < 0 {
-        return Err(dpdk("rte_eth_dev_adjust_nb_rx_tx_desc", rc));
+    if nb_rxd != 0 || nb_txd != 0 {
+        // SAFETY: valid port id and out-pointers.
+        let rc = unsafe { sys::rte_eth_dev_adjust_nb_rx_tx_desc(id, &mut nb_rxd, &mut nb_txd) };
+        if rc < 0 {
+            return Err(dpdk("rte_eth_dev_adjust_nb_rx_tx_desc", rc));
+        }
     }
     let socket = info.socket as u32; // SOCKET_ID_ANY (-1) passes through
     for q in 0..cfg.rx_queues {

@@ -48,7 +48,8 @@ impl RxQueue {
         // self) and owned by this thread (&mut self, taken once); the batch
         // has `room` free slots for the received pointers.
         unsafe {
-            let n = sys::ainftp_rx_burst(self.port_id, self.queue, batch.spare_ptr(), room) as usize;
+            let n =
+                sys::ainftp_rx_burst(self.port_id, self.queue, batch.spare_ptr(), room) as usize;
             batch.commit(n);
             n
         }
@@ -84,7 +85,12 @@ impl TxQueue {
         // first len slots are owned mbufs, and the PMD takes ownership of
         // the first `sent`, which we then remove from the batch.
         let sent = unsafe {
-            sys::ainftp_tx_burst(self.port_id, self.queue, batch.as_mut_ptr(), batch.len() as u16)
+            sys::ainftp_tx_burst(
+                self.port_id,
+                self.queue,
+                batch.as_mut_ptr(),
+                batch.len() as u16,
+            )
         } as usize;
         if sent > 0 {
             batch.consume_front(sent);

@@ -58,7 +58,12 @@ impl Ring {
     }
 }
 
-fn create<M>(eal: &Eal, name: &str, capacity: u32, flags: u32) -> Result<(Producer<M>, Consumer<M>)> {
+fn create<M>(
+    eal: &Eal,
+    name: &str,
+    capacity: u32,
+    flags: u32,
+) -> Result<(Producer<M>, Consumer<M>)> {
     let cname = CString::new(name)
         .map_err(|_| Error::InvalidArgument(format!("ring name {name:?} has a NUL")))?;
     // SAFETY: EAL is initialised; DPDK copies the name.

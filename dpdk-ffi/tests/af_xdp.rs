@@ -17,7 +17,9 @@ fn send_and_receive(
     let mut out = MbufBatch::<32>::new();
     for (i, &len) in sizes.iter().enumerate() {
         let mut m = pool.alloc().unwrap();
-        m.append(len).unwrap().copy_from_slice(&common::frame(first_seq + i as u32, len));
+        m.append(len)
+            .unwrap()
+            .copy_from_slice(&common::frame(first_seq + i as u32, len));
         out.push(m).unwrap();
     }
     let deadline = Instant::now() + Duration::from_secs(5);
@@ -28,7 +30,12 @@ fn send_and_receive(
     let mut got: Vec<Vec<u8>> = Vec::new();
     let mut batch = MbufBatch::<32>::new();
     while got.len() < sizes.len() {
-        assert!(Instant::now() < deadline, "received {} of {}", got.len(), sizes.len());
+        assert!(
+            Instant::now() < deadline,
+            "received {} of {}",
+            got.len(),
+            sizes.len()
+        );
         rx.rx_burst(&mut batch);
         for m in batch.iter() {
             // Only our experimental ethertype; the kernel may add its own.
@@ -40,7 +47,11 @@ fn send_and_receive(
         std::thread::sleep(Duration::from_micros(200));
     }
     for (i, &len) in sizes.iter().enumerate() {
-        assert_eq!(got[i], common::frame(first_seq + i as u32, len), "frame {i} ({len} B)");
+        assert_eq!(
+            got[i],
+            common::frame(first_seq + i as u32, len),
+            "frame {i} ({len} B)"
+        );
     }
 }
 
@@ -57,7 +68,11 @@ fn frames_cross_a_veth_pair_between_two_af_xdp_ports() {
     let (mut b_rx, mut b_tx) = (b.rx_queue(0).unwrap(), b.tx_queue(0).unwrap());
     let baseline = pool.in_use();
 
-    let sizes: Vec<usize> = [60, 64, 128, 512, 1000, 1514].into_iter().cycle().take(30).collect();
+    let sizes: Vec<usize> = [60, 64, 128, 512, 1000, 1514]
+        .into_iter()
+        .cycle()
+        .take(30)
+        .collect();
     send_and_receive(&pool, &mut a_tx, &mut b_rx, 0, &sizes);
     send_and_receive(&pool, &mut b_tx, &mut a_rx, 1000, &sizes);
 
@@ -66,5 +81,9 @@ fn frames_cross_a_veth_pair_between_two_af_xdp_ports() {
     // af_xdp returns completed tx buffers lazily; give it a burst to reap.
     let mut empty = MbufBatch::<32>::new();
     a_tx.tx_burst(&mut empty);
-    assert!(pool.in_use() <= baseline + 64, "mbufs leaking: {} in use vs {baseline}", pool.in_use());
+    assert!(
+        pool.in_use() <= baseline + 64,
+        "mbufs leaking: {} in use vs {baseline}",
+        pool.in_use()
+    );
 }

@@ -31,7 +31,10 @@ fn a_panicking_lcore_closure_is_reported_not_fatal() {
     let job = lcore::launch(&eal, worker, || -> u32 { panic!("boom") }).unwrap();
     assert!(matches!(job.join(), Err(Error::LcorePanicked(w)) if w == worker));
     // The lcore is usable again.
-    assert_eq!(lcore::launch(&eal, worker, || 1).unwrap().join().unwrap(), 1);
+    assert_eq!(
+        lcore::launch(&eal, worker, || 1).unwrap().join().unwrap(),
+        1
+    );
 }
 
 #[test]

@@ -63,7 +63,14 @@ fn append_prepend_adj_trim_edit_the_data_window() {
     m.data_mut()[0] = b'X';
     assert_eq!(m.data(), b"X123456");
 
-    assert!(matches!(m.adj(8), Err(Error::NoRoom { wanted: 8, available: 7, .. })));
+    assert!(matches!(
+        m.adj(8),
+        Err(Error::NoRoom {
+            wanted: 8,
+            available: 7,
+            ..
+        })
+    ));
     assert!(matches!(m.trim(100), Err(Error::NoRoom { .. })));
     let too_much = m.tailroom() + 1;
     assert!(matches!(m.append(too_much), Err(Error::NoRoom { .. })));
@@ -78,7 +85,9 @@ fn batch_push_pop_and_full() {
     batch.push(pool.alloc().unwrap()).unwrap();
     batch.push(pool.alloc().unwrap()).unwrap();
     let extra = pool.alloc().unwrap();
-    let back = batch.push(extra).expect_err("full batch gives the mbuf back");
+    let back = batch
+        .push(extra)
+        .expect_err("full batch gives the mbuf back");
     assert_eq!(pool.in_use(), 3);
     drop(back);
     let one = batch.pop().unwrap();
@@ -91,7 +100,9 @@ fn batch_push_pop_and_full() {
 #[test]
 fn a_second_eal_init_is_a_clear_error() {
     let _eal = common::eal();
-    let err = dpdk_ffi::Eal::init(["--no-pci"]).err().expect("second init must fail");
+    let err = dpdk_ffi::Eal::init(["--no-pci"])
+        .err()
+        .expect("second init must fail");
     assert!(matches!(err, Error::AlreadyInitialised));
     assert!(err.to_string().contains("once per process"));
 }

@@ -8,7 +8,9 @@ use dpdk_ffi::{Error, MbufBatch, Mempool, Port, PortConfig};
 fn fill(pool: &Mempool, batch: &mut MbufBatch<32>, first_seq: u32, n: usize, len: usize) {
     for i in 0..n {
         let mut m = pool.alloc().unwrap();
-        m.append(len).unwrap().copy_from_slice(&common::frame(first_seq + i as u32, len));
+        m.append(len)
+            .unwrap()
+            .copy_from_slice(&common::frame(first_seq + i as u32, len));
         batch.push(m).unwrap();
     }
 }
@@ -68,13 +70,18 @@ fn unsent_mbufs_stay_in_the_batch_and_are_freed_on_drop() {
         if !out.is_empty() {
             refused = true;
             // The unsent ones are still ours, in order, at the front.
-            let first_unsent = u32::from_be_bytes(out.as_slice()[0].data()[14..18].try_into().unwrap());
+            let first_unsent =
+                u32::from_be_bytes(out.as_slice()[0].data()[14..18].try_into().unwrap());
             assert_eq!(first_unsent as usize, sent_total);
             break; // out drops here with its mbufs
         }
     }
     assert!(refused, "net_ring should fill up");
-    assert_eq!(pool.in_use() - baseline, sent_total as u32, "only the sent mbufs are out");
+    assert_eq!(
+        pool.in_use() - baseline,
+        sent_total as u32,
+        "only the sent mbufs are out"
+    );
 
     // A stopped port refuses everything; dropping the batch frees it all.
     let mut rx = port.rx_queue(0).unwrap();
@@ -140,7 +147,9 @@ fn bad_queue_counts_are_clear_errors() {
             tx_queues: txq,
             ..PortConfig::default()
         };
-        let err = Port::open(&eal, "net_null_badq0", &cfg, &pool).err().expect("must fail");
+        let err = Port::open(&eal, "net_null_badq0", &cfg, &pool)
+            .err()
+            .expect("must fail");
         let msg = err.to_string();
         assert!(matches!(err, Error::Port(_)), "{msg}");
         assert!(msg.contains("queues") && msg.contains("asked"), "{msg}");
@@ -153,18 +162,32 @@ fn bad_queue_counts_are_clear_errors() {
 fn bad_vdev_and_pci_addresses_are_clear_errors() {
     let eal = common::eal();
     let pool = common::pool("p_baddev", 1023);
-    let err = Port::open(&eal, "net_nosuchdriver0", &PortConfig::default(), &pool).err().unwrap();
+    let err = Port::open(&eal, "net_nosuchdriver0", &PortConfig::default(), &pool)
+        .err()
+        .unwrap();
     let msg = err.to_string();
-    assert!(msg.contains("cannot open device 'net_nosuchdriver0'"), "{msg}");
+    assert!(
+        msg.contains("cannot open device 'net_nosuchdriver0'"),
+        "{msg}"
+    );
     assert!(msg.contains("vdev"), "{msg}");
 
-    let err = Port::open(&eal, "net_tap_bad0,iface=", &PortConfig::default(), &pool).err().unwrap();
+    let err = Port::open(&eal, "net_tap_bad0,iface=", &PortConfig::default(), &pool)
+        .err()
+        .unwrap();
     assert!(err.to_string().contains("cannot open device"), "{err}");
 
-    let err = Port::open(&eal, "0000:ff:1f.7", &PortConfig::default(), &pool).err().unwrap();
+    let err = Port::open(&eal, "0000:ff:1f.7", &PortConfig::default(), &pool)
+        .err()
+        .unwrap();
     let msg = err.to_string();
-    assert!(msg.contains("0000:ff:1f.7") && msg.contains("vfio-pci"), "{msg}");
+    assert!(
+        msg.contains("0000:ff:1f.7") && msg.contains("vfio-pci"),
+        "{msg}"
+    );
 
-    let err = Port::open(&eal, "garbage", &PortConfig::default(), &pool).err().unwrap();
+    let err = Port::open(&eal, "garbage", &PortConfig::default(), &pool)
+        .err()
+        .unwrap();
     assert!(err.to_string().contains("PCI address"), "{err}");
 }

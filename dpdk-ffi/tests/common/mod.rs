@@ -29,7 +29,9 @@ pub fn pool(name: &str, size: u32) -> Mempool {
 
 /// A frame whose bytes encode `seq` so that copies can be told apart.
 pub fn frame(seq: u32, len: usize) -> Vec<u8> {
-    let mut f: Vec<u8> = (0..len).map(|i| (i as u32 ^ seq.wrapping_mul(31)) as u8).collect();
+    let mut f: Vec<u8> = (0..len)
+        .map(|i| (i as u32 ^ seq.wrapping_mul(31)) as u8)
+        .collect();
     if len >= 16 {
         f[0..6].copy_from_slice(&[0x02, 0, 0, 0, 0, 0x02]);
         f[6..12].copy_from_slice(&[0x02, 0, 0, 0, 0, 0x01]);
@@ -48,7 +50,8 @@ pub struct Veth {
 impl Veth {
     pub fn new(a: &str, b: &str) -> Veth {
         let _ = ip(&["link", "del", a]);
-        ip(&["link", "add", a, "type", "veth", "peer", "name", b]).expect("ip link add veth (root?)");
+        ip(&["link", "add", a, "type", "veth", "peer", "name", b])
+            .expect("ip link add veth (root?)");
         for dev in [a, b] {
             // No IPv6 so the kernel sends no router/neighbour solicitations.
             let _ = std::fs::write(format!("/proc/sys/net/ipv6/conf/{dev}/disable_ipv6"), "1");

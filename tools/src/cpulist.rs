@@ -1,0 +1,108 @@
+//! CPU / lcore lists in the DPDK and Linux syntax: "2-7", "0,2,4-5".
+
+use std::collections::BTreeSet;
+
+use crate::error::{Error, Result};
+
+pub fn parse(list: &str) -> Result<Vec<u32>> {
+    let bad = |why: &str| {
+        Error::Usage(format!(
+            "malformed lcore list '{list}': {why}; use DPDK syntax such as 2-7 or 0,2,4-5"
+        ))
+    };
+    let mut out = BTreeSet::new();
+    if list.trim().is_empty() {
+        return Err(bad("it is empty"));
+    }
+    for part in list.trim().split(',') {
+        let num = |s: &str| {
+            s.trim()
+                .parse::<u32>()
+                .map_err(|_| bad(&format!("'{s}' is not a number")))
+        };
+        match part.split_once('-') {
+            Some((lo, hi)) => {
+                let (lo, hi) = (num(lo)?, num(hi)?);
+                if lo > hi {
+                    return Err(bad(&format!("range {lo}-{hi} runs backwards")));
+                }
+                if hi - lo > 4096 {
+                    return Err(bad(&format!("range {lo}-{hi} is too large")));
+                }
+                out.extend(lo..=hi);
+            }
+            None => {
+                out.insert(num(part)?);
+            }
+        }
+    }
+    Ok(out.into_iter().collect())
+}
+
+/// The CPUs the kernel has online.
+pub fn online_cpus() -> Result<Vec<u32>> {
+    let text = std::fs::read_to_string("/sys/devices/system/cpu/online")
+        .map_err(|e| Error::Io("reading /sys/devices/system/cpu/online".into(), e))?;
+    parse(text.trim())
+}
+
+/// Check that every lcore is an online CPU, with an error that lists them.
+pub fn check_online(lcores: &[u32]) -> Result<()> {
+    let online = online_cpus()?;
+    if let Some(missing) = lcores.iter().find(|c| !online.contains(c)) {
+        return Err(Error::Usage(format!(
+            "lcore {missing} is not an online CPU of this machine (online: {}); choose --lcores among them",
+            format_list(&online)
+        )));
+    }
+    Ok(())
+}
+
+/// The compact form of a sorted list: [0,1,2,5] -> "0-2,5".
+pub fn format_list(cpus: &[u32]) -> String {
+    let mut parts = Vec::new();
+    let mut i = 0;
+    while i < cpus.len() {
+        let start = cpus[i];
+        while i + 1 < cpus.len() && cpus[i + 1] == cpus[i] + 1 {
+            i += 1;
+        }
+        parts.push(if cpus[i] == start {
+            start.to_string()
+        } else {
+            format!("{start}-{}", cpus[i])
+        });
+        i += 1;
+    }
+    parts.join(",")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_ranges_and_singles() {
+        assert_eq!(parse("2-7").unwrap(), vec![2, 3, 4, 5, 6, 7]);
+        assert_eq!(parse("0,2,4-5").unwrap(), vec![0, 2, 4, 5]);
+        assert_eq!(parse("3,1,1").unwrap(), vec![1, 3]);
+        assert_eq!(parse(" 0 - 1 ").unwrap(), vec![0, 1]);
+    }
+
+    #[test]
+    fn rejects_garbage_with_the_syntax_in_the_message() {
+        for bad in ["", "a", "1-", "-3", "5-2", "1,,2", "0-999999"] {
+            let e = parse(bad).unwrap_err().to_string();
+            assert!(
+                e.contains("malformed lcore list") && e.contains("2-7"),
+                "{bad}: {e}"
+            );
+        }
+    }
+
+    #[test]
+    fn formats_compactly() {
+        assert_eq!(format_list(&[0, 1, 2, 5, 7, 8]), "0-2,5,7-8");
+        assert_eq!(format_list(&[3]), "3");
+    }
+}

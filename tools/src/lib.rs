@@ -1,0 +1,19 @@
+//! The ainftp binaries: `ainftp-perf` (testpmd / nccl-tests style perf tool)
+//! and their shared command-line plumbing.
+
+pub mod cpulist;
+pub mod eal_setup;
+pub mod error;
+pub mod perf;
+
+pub use error::{Error, Result};
+
+/// Log to stderr with `RUST_LOG`-style filtering (default: warnings).
+pub fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}

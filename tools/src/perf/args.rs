@@ -1,0 +1,116 @@
+//! ainftp-perf's command line.
+
+use clap::{Parser, ValueEnum};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Mode {
+    /// Forward packets unchanged from each port to its peer port.
+    Io,
+    /// Swap source and destination MAC, then forward to the peer port.
+    Macswap,
+    /// Receive and free.
+    Rxonly,
+    /// Generate UDP/IPv4 packets of --pkt-size bytes.
+    Txonly,
+}
+
+impl Mode {
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Io => "io",
+            Mode::Macswap => "macswap",
+            Mode::Rxonly => "rxonly",
+            Mode::Txonly => "txonly",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum IdlePolicy {
+    /// Spin without pause: lowest latency, one core at 100% always.
+    Busy,
+    /// Spin, then rte_pause, then short sleeps while no packet arrives.
+    Adaptive,
+}
+
+/// Packet forwarding in the style of dpdk-testpmd, on DPDK ports.
+///
+/// Ports are paired 0<->1, 2<->3 (an odd last port forwards to itself).
+/// The first lcore prints statistics; the others forward (a single lcore
+/// does both). Extra EAL arguments go after `--`.
+#[derive(Debug, Parser)]
+#[command(
+    name = "ainftp-perf",
+    version,
+    after_help = "Examples:\n  \
+ainftp-perf io --vdev net_null0 --vdev net_null1 --lcores 0-1 --duration 5\n  \
+ainftp-perf txonly --vdev net_tap0,iface=dtap0 --pkt-size 128 --json\n  \
+ainftp-perf rxonly --pci 0000:3b:00.0 --lcores 2-7 --queues 5"
+)]
+pub struct PerfArgs {
+    /// Forwarding mode.
+    #[arg(value_enum)]
+    pub mode: Mode,
+
+    /// PCI device to use (repeatable), e.g. 0000:3b:00.0.
+    #[arg(long = "pci", value_name = "BDF")]
+    pub pci: Vec<String>,
+
+    /// Virtual device to create (repeatable), e.g. net_null0 or net_af_xdp0,iface=veth0.
+    #[arg(long = "vdev", value_name = "SPEC")]
+    pub vdev: Vec<String>,
+
+    /// Lcores in DPDK syntax (2-7, 0,2,4). Default: the first two online CPUs.
+    #[arg(long, value_name = "LIST")]
+    pub lcores: Option<String>,
+
+    /// Rx and tx queues per port, spread over the forwarding lcores.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub queues: u16,
+
+    /// Packets per rx/tx burst.
+    #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u16).range(1..=512))]
+    pub burst: u16,
+
+    /// txonly packet size in bytes (Ethernet frame without CRC).
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u16).range(60..=2048))]
+    pub pkt_size: u16,
+
+    /// Seconds to run (0: until Ctrl-C).
+    #[arg(long, default_value_t = 10.0)]
+    pub duration: f64,
+
+    /// Seconds between statistics prints (0: only the summary).
+    #[arg(long, default_value_t = 1.0)]
+    pub stats_period: f64,
+
+    /// Idle behaviour of the forwarding loops.
+    #[arg(long, value_enum, default_value_t = IdlePolicy::Adaptive)]
+    pub idle: IdlePolicy,
+
+    /// Rx/tx descriptors per queue (0: the PMD's preferred size).
+    #[arg(long, default_value_t = 0)]
+    pub descriptors: u16,
+
+    /// Destination MAC of txonly packets (default 02:00:00:00:00:<peer port>).
+    #[arg(long, value_name = "MAC")]
+    pub eth_peer: Option<String>,
+
+    /// io/macswap: send one burst of txonly packets on each stream first,
+    /// to start traffic circulating on a loop (veth pair, memif), as
+    /// testpmd's --tx-first does.
+    #[arg(long)]
+    pub tx_first: bool,
+
+    /// Seconds to wait for every port's link to come up before forwarding.
+    #[arg(long, default_value_t = 10.0)]
+    pub link_wait: f64,
+
+    /// Print one JSON summary object as the last line.
+    #[arg(long)]
+    pub json: bool,
+
+    /// Extra EAL arguments.
+    #[arg(last = true, value_name = "EAL_ARGS")]
+    pub eal_args: Vec<String>,
+}
