@@ -116,7 +116,9 @@ impl<const N: usize> MbufBatch<N> {
     /// rest to the front.
     pub(crate) fn consume_front(&mut self, n: usize) {
         debug_assert!(n <= self.len);
-        self.ptrs.copy_within(n..self.len, 0);
+        if n < self.len {
+            self.ptrs.copy_within(n..self.len, 0);
+        }
         self.len -= n;
     }
 

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Prepare a Debian 12 host for ainftp: packages, hugepages, hugetlbfs.
+# Idempotent; run as root. Prints what it did.
+#   HUGEPAGES=N   2 MB hugepages to reserve (default 1024 = 2 GiB)
+set -euo pipefail
+
+HUGEPAGES=${HUGEPAGES:-1024}
+say() { printf 'setup-host: %s\n' "$*"; }
+
+if [ "$(id -u)" -ne 0 ]; then
+    echo "setup-host: must run as root (sudo $0)" >&2
+    exit 1
+fi
+
+packages=(
+    dpdk dpdk-dev libdpdk-dev   # DPDK 22.11 LTS: libraries, PMDs, dpdk-testpmd
+    pkg-config libclang-dev clang cmake build-essential  # bindgen, the C shim, quiche later
+    libxdp-dev libbpf-dev libelf-dev libpcap-dev libnuma-dev
+    iproute2 nftables iputils-ping kmod procps
+)
+missing=()
+for p in "${packages[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+    say "installing: ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+else
+    say "packages: all present"
+fi
+say "DPDK $(pkg-config --modversion libdpdk)"
+
+# Rust test runner (one process per test: DPDK's EAL is once per process).
+if ! cargo nextest --version >/dev/null 2>&1; then
+    say "installing cargo-nextest"
+    cargo install --locked cargo-nextest >/dev/null
+fi
+
+nr=/sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages
+cur=$(cat "$nr")
+if [ "$cur" -lt "$HUGEPAGES" ]; then
+    echo "$HUGEPAGES" > "$nr"
+    got=$(cat "$nr")
+    say "reserved 2 MB hugepages: $cur -> $got (asked $HUGEPAGES)"
+    if [ "$got" -lt "$HUGEPAGES" ]; then
+        say "warning: the kernel gave only $got hugepages (memory fragmented?)"
+    fi
+else
+    say "2 MB hugepages: $cur reserved (>= $HUGEPAGES)"
+fi
+
+if ! grep -q ' hugetlbfs ' /proc/mounts; then
+    mkdir -p /dev/hugepages
+    mount -t hugetlbfs nodev /dev/hugepages
+    say "mounted hugetlbfs on /dev/hugepages"
+else
+    say "hugetlbfs: mounted on $(awk '$3=="hugetlbfs"{print $2}' /proc/mounts | tr '\n' ' ')"
+fi
+say "done: $(awk '/HugePages_Free/{print $2}' /proc/meminfo) hugepages free"

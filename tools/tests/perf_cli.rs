@@ -1,0 +1,160 @@
+//! ainftp-perf as a user runs it: bad input gets one clear line and a
+//! non-zero exit; good input moves packets and ends with a JSON summary.
+
+use std::process::{Command, Output};
+
+const PERF: &str = env!("CARGO_BIN_EXE_ainftp-perf");
+
+fn perf(args: &[&str]) -> Output {
+    Command::new(PERF)
+        .args(args)
+        .output()
+        .expect("run ainftp-perf")
+}
+
+/// The run failed with exactly one line on stderr that contains `needle`.
+fn assert_one_line_error(out: &Output, needle: &str) {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "should fail: {stderr}");
+    assert!(
+        !stderr.contains("panicked") && !stderr.contains("backtrace"),
+        "{stderr}"
+    );
+    let ours: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("ainftp-perf:"))
+        .collect();
+    assert_eq!(ours.len(), 1, "one error line expected: {stderr}");
+    assert!(ours[0].contains(needle), "'{needle}' not in: {}", ours[0]);
+}
+
+fn last_json(out: &Output) -> serde_json::Value {
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let last = stdout.lines().last().unwrap_or_default();
+    serde_json::from_str(last).unwrap_or_else(|e| panic!("last line is not JSON ({e}): {stdout}"))
+}
+
+#[test]
+fn unknown_mode_is_rejected_with_the_valid_modes() {
+    let out = perf(&["fastest", "--vdev", "net_null0"]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("invalid value 'fastest'"), "{stderr}");
+    assert!(stderr.contains("io, macswap, rxonly, txonly"), "{stderr}");
+}
+
+#[test]
+fn malformed_lcore_list_names_the_syntax() {
+    let out = perf(&["io", "--vdev", "net_null0", "--lcores", "2-a"]);
+    assert_one_line_error(&out, "malformed lcore list '2-a'");
+}
+
+#[test]
+fn an_lcore_that_is_not_online_is_named() {
+    let out = perf(&["io", "--vdev", "net_null0", "--lcores", "0,1000"]);
+    assert_one_line_error(&out, "lcore 1000 is not an online CPU");
+}
+
+#[test]
+fn no_port_says_how_to_give_one() {
+    let out = perf(&["io"]);
+    assert_one_line_error(&out, "--vdev net_null0");
+}
+
+#[test]
+fn a_bad_vdev_is_a_clear_error() {
+    let out = perf(&["io", "--vdev", "net_bogus0", "--duration", "1"]);
+    assert_one_line_error(&out, "cannot open device 'net_bogus0'");
+}
+
+#[test]
+fn a_bad_pci_address_is_a_clear_error() {
+    let out = perf(&["io", "--pci", "0000:ff:1f.7", "--duration", "1"]);
+    assert_one_line_error(&out, "vfio-pci");
+}
+
+#[test]
+fn missing_hugepages_point_to_the_setup_script() {
+    // A private mount namespace without hugetlbfs: the host stays as it is.
+    let out = Command::new("unshare")
+        .args(["--mount", "--propagation", "private", "sh", "-c"])
+        .arg(format!(
+            "umount -a -t hugetlbfs && exec {PERF} io --vdev net_null0 --duration 1"
+        ))
+        .output()
+        .expect("unshare (util-linux, root)");
+    assert_one_line_error(&out, "run scripts/setup-host.sh");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("hugetlbfs is not mounted"));
+}
+
+#[test]
+fn io_on_net_null_forwards_and_ends_with_a_json_summary() {
+    let out = perf(&[
+        "io",
+        "--vdev",
+        "net_null0",
+        "--vdev",
+        "net_null1",
+        "--lcores",
+        "0-1",
+        "--duration",
+        "1",
+        "--stats-period",
+        "0.5",
+        "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("NIC statistics for port 0"),
+        "periodic stats: {stdout}"
+    );
+    let j = last_json(&out);
+    assert_eq!(j["mode"], "io");
+    assert!(j["duration_s"].as_f64().unwrap() >= 0.9);
+    let ports = j["ports"].as_array().unwrap();
+    assert_eq!(ports.len(), 2);
+    for p in ports {
+        for k in [
+            "rx_pps",
+            "tx_pps",
+            "rx_bps",
+            "tx_bps",
+            "rx_missed",
+            "tx_dropped",
+        ] {
+            assert!(p.get(k).is_some(), "missing {k}");
+        }
+        // Everything received was forwarded: io on net_null drops nothing.
+        assert!(p["rx_pps"].as_f64().unwrap() > 100_000.0, "{p}");
+    }
+    let total = j["total_rx_pps"].as_f64().unwrap();
+    assert!(
+        (total - ports[0]["rx_pps"].as_f64().unwrap() - ports[1]["rx_pps"].as_f64().unwrap()).abs()
+            < 1.0
+    );
+}
+
+#[test]
+fn single_lcore_forwards_and_reports() {
+    let out = perf(&[
+        "macswap",
+        "--vdev",
+        "net_null0",
+        "--lcores",
+        "0",
+        "--duration",
+        "0.5",
+        "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(last_json(&out)["total_tx_pps"].as_f64().unwrap() > 100_000.0);
+}
