@@ -58,4 +58,13 @@ if ! grep -q ' hugetlbfs ' /proc/mounts; then
 else
     say "hugetlbfs: mounted on $(awk '$3=="hugetlbfs"{print $2}' /proc/mounts | tr '\n' ' ')"
 fi
+# libxdp (net_af_xdp) keeps its XDP dispatcher in bpffs.
+if ! grep -q ' /sys/fs/bpf bpf ' /proc/mounts; then
+    mkdir -p /sys/fs/bpf
+    if mount -t bpf bpf /sys/fs/bpf 2>/dev/null; then
+        say "mounted bpffs on /sys/fs/bpf"
+    else
+        say "warning: could not mount bpffs; af_xdp will load single XDP programs"
+    fi
+fi
 say "done: $(awk '/HugePages_Free/{print $2}' /proc/meminfo) hugepages free"
