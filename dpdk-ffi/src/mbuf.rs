@@ -97,15 +97,7 @@ impl Mbuf {
     /// Grow the data at the end by `len` bytes and return them (uninitialised
     /// contents are whatever the buffer held; callers overwrite them).
     pub fn append(&mut self, len: usize) -> Result<&mut [u8]> {
-        let available = self.tailroom();
-        let l = u16::try_from(len)
-            .ok()
-            .filter(|_| len <= available)
-            .ok_or(Error::NoRoom {
-                room: "tailroom",
-                wanted: len,
-                available,
-            })?;
+        let l = fits(len, self.tailroom(), "tailroom")?;
         // SAFETY: we own the mbuf and checked the tailroom, so append
         // succeeds and returns a pointer to `len` bytes inside the buffer.
         unsafe {
@@ -116,15 +108,7 @@ impl Mbuf {
 
     /// Grow the data at the front by `len` bytes (into the headroom).
     pub fn prepend(&mut self, len: usize) -> Result<&mut [u8]> {
-        let available = self.headroom();
-        let l = u16::try_from(len)
-            .ok()
-            .filter(|_| len <= available)
-            .ok_or(Error::NoRoom {
-                room: "headroom",
-                wanted: len,
-                available,
-            })?;
+        let l = fits(len, self.headroom(), "headroom")?;
         // SAFETY: we own the mbuf and checked the headroom.
         unsafe {
             let p = sys::ainftp_pktmbuf_prepend(self.raw.as_ptr(), l);
@@ -134,15 +118,7 @@ impl Mbuf {
 
     /// Remove `len` bytes from the front (e.g. a parsed header).
     pub fn adj(&mut self, len: usize) -> Result<()> {
-        let available = self.len();
-        let l = u16::try_from(len)
-            .ok()
-            .filter(|_| len <= available)
-            .ok_or(Error::NoRoom {
-                room: "data",
-                wanted: len,
-                available,
-            })?;
+        let l = fits(len, self.len(), "data")?;
         // SAFETY: we own the mbuf and len <= data_len.
         unsafe { sys::ainftp_pktmbuf_adj(self.raw.as_ptr(), l) };
         Ok(())
@@ -150,15 +126,7 @@ impl Mbuf {
 
     /// Remove `len` bytes from the end.
     pub fn trim(&mut self, len: usize) -> Result<()> {
-        let available = self.len();
-        let l = u16::try_from(len)
-            .ok()
-            .filter(|_| len <= available)
-            .ok_or(Error::NoRoom {
-                room: "data",
-                wanted: len,
-                available,
-            })?;
+        let l = fits(len, self.len(), "data")?;
         // SAFETY: we own the mbuf and len <= data_len.
         unsafe { sys::ainftp_pktmbuf_trim(self.raw.as_ptr(), l) };
         Ok(())
@@ -190,6 +158,18 @@ impl Mbuf {
     pub fn port(&self) -> u16 {
         self.hdr().port
     }
+}
+
+/// `len` as the u16 DPDK takes, if it fits in the `available` bytes of `room`.
+fn fits(len: usize, available: usize, room: &'static str) -> Result<u16> {
+    u16::try_from(len)
+        .ok()
+        .filter(|_| len <= available)
+        .ok_or(Error::NoRoom {
+            room,
+            wanted: len,
+            available,
+        })
 }
 
 impl Drop for Mbuf {
