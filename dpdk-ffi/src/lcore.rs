@@ -20,9 +20,8 @@ pub fn socket_id() -> u32 {
     unsafe { sys::rte_socket_id() }
 }
 
-/// The CPU an lcore is pinned to.
-pub fn cpu_of(eal: &Eal, lcore: u32) -> Option<u32> {
-    let _ = eal;
+/// The CPU an lcore is pinned to. (`_eal` proves EAL is initialised.)
+pub fn cpu_of(_eal: &Eal, lcore: u32) -> Option<u32> {
     // SAFETY: EAL is initialised; any id is accepted.
     let cpu = unsafe { sys::rte_lcore_to_cpu_id(lcore as i32) };
     (cpu >= 0).then_some(cpu as u32)
@@ -46,15 +45,14 @@ pub struct LcoreJoin<R> {
     slot: Arc<Mutex<Option<R>>>,
 }
 
-struct Job {
-    run: Box<dyn FnOnce() + Send>,
-}
+/// What crosses the C boundary: a thin pointer to the boxed closure.
+type Job = Box<dyn FnOnce() + Send>;
 
 unsafe extern "C" fn trampoline(arg: *mut std::ffi::c_void) -> i32 {
     // SAFETY: arg is the Box<Job> leaked by launch, received exactly once.
     let job = unsafe { Box::from_raw(arg as *mut Job) };
     // Unwinding across the C frame would abort; report it instead.
-    match catch_unwind(AssertUnwindSafe(job.run)) {
+    match catch_unwind(AssertUnwindSafe(*job)) {
         Ok(()) => 0,
         Err(_) => -1,
     }
@@ -80,12 +78,10 @@ where
     }
     let slot = Arc::new(Mutex::new(None));
     let out = slot.clone();
-    let job = Box::new(Job {
-        run: Box::new(move || {
-            let r = f();
-            *out.lock().unwrap_or_else(|e| e.into_inner()) = Some(r);
-        }),
-    });
+    let job: Box<Job> = Box::new(Box::new(move || {
+        let r = f();
+        *out.lock().unwrap_or_else(|e| e.into_inner()) = Some(r);
+    }));
     let arg = Box::into_raw(job) as *mut std::ffi::c_void;
     // SAFETY: trampoline matches lcore_function_t and takes ownership of
     // arg exactly once when the launch succeeds.
