@@ -35,6 +35,12 @@ uint16_t ainftp_pktmbuf_headroom(const struct rte_mbuf *m) { return rte_pktmbuf_
 uint16_t ainftp_pktmbuf_tailroom(const struct rte_mbuf *m) { return rte_pktmbuf_tailroom(m); }
 uint32_t ainftp_mbuf_rss_hash(const struct rte_mbuf *m) { return m->hash.rss; }
 uint32_t ainftp_mbuf_packet_type(const struct rte_mbuf *m) { return m->packet_type; }
+void ainftp_mbuf_set_tx_offload(struct rte_mbuf *m, uint16_t l2_len, uint16_t l3_len, uint64_t flags)
+{
+    m->l2_len = l2_len;
+    m->l3_len = l3_len;
+    m->ol_flags |= flags;
+}
 
 unsigned ainftp_ring_enqueue_burst(struct rte_ring *r, void *const *objs, unsigned n)
 {
@@ -65,4 +71,10 @@ const uint64_t AINFTP_MBUF_F_RX_RSS_HASH = RTE_MBUF_F_RX_RSS_HASH;
 const uint64_t AINFTP_MBUF_F_TX_IPV4 = RTE_MBUF_F_TX_IPV4;
 const uint64_t AINFTP_MBUF_F_TX_IP_CKSUM = RTE_MBUF_F_TX_IP_CKSUM;
 const uint64_t AINFTP_MBUF_F_TX_UDP_CKSUM = RTE_MBUF_F_TX_UDP_CKSUM;
+const uint64_t AINFTP_MBUF_F_RX_IP_CKSUM_MASK = RTE_MBUF_F_RX_IP_CKSUM_MASK;
+const uint64_t AINFTP_MBUF_F_RX_IP_CKSUM_GOOD = RTE_MBUF_F_RX_IP_CKSUM_GOOD;
+const uint64_t AINFTP_MBUF_F_RX_IP_CKSUM_BAD = RTE_MBUF_F_RX_IP_CKSUM_BAD;
+const uint64_t AINFTP_MBUF_F_RX_L4_CKSUM_MASK = RTE_MBUF_F_RX_L4_CKSUM_MASK;
+const uint64_t AINFTP_MBUF_F_RX_L4_CKSUM_GOOD = RTE_MBUF_F_RX_L4_CKSUM_GOOD;
+const uint64_t AINFTP_MBUF_F_RX_L4_CKSUM_BAD = RTE_MBUF_F_RX_L4_CKSUM_BAD;
 const uint32_t AINFTP_ETH_LINK_UP = RTE_ETH_LINK_UP;

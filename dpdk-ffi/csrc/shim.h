@@ -28,6 +28,7 @@ uint16_t ainftp_pktmbuf_headroom(const struct rte_mbuf *m);
 uint16_t ainftp_pktmbuf_tailroom(const struct rte_mbuf *m);
 uint32_t ainftp_mbuf_rss_hash(const struct rte_mbuf *m);
 uint32_t ainftp_mbuf_packet_type(const struct rte_mbuf *m);
+void ainftp_mbuf_set_tx_offload(struct rte_mbuf *m, uint16_t l2_len, uint16_t l3_len, uint64_t flags);
 
 unsigned ainftp_ring_enqueue_burst(struct rte_ring *r, void *const *objs, unsigned n);
 unsigned ainftp_ring_dequeue_burst(struct rte_ring *r, void **objs, unsigned n);
@@ -50,6 +51,12 @@ extern const uint64_t AINFTP_MBUF_F_RX_RSS_HASH;
 extern const uint64_t AINFTP_MBUF_F_TX_IPV4;
 extern const uint64_t AINFTP_MBUF_F_TX_IP_CKSUM;
 extern const uint64_t AINFTP_MBUF_F_TX_UDP_CKSUM;
+extern const uint64_t AINFTP_MBUF_F_RX_IP_CKSUM_MASK;
+extern const uint64_t AINFTP_MBUF_F_RX_IP_CKSUM_GOOD;
+extern const uint64_t AINFTP_MBUF_F_RX_IP_CKSUM_BAD;
+extern const uint64_t AINFTP_MBUF_F_RX_L4_CKSUM_MASK;
+extern const uint64_t AINFTP_MBUF_F_RX_L4_CKSUM_GOOD;
+extern const uint64_t AINFTP_MBUF_F_RX_L4_CKSUM_BAD;
 extern const uint32_t AINFTP_ETH_LINK_UP;
 
 #endif

@@ -93,6 +93,19 @@ impl<const N: usize> MbufBatch<N> {
         self.free_from(0);
     }
 
+    /// Take every mbuf out, first to last; the batch is empty afterwards
+    /// (mbufs the iterator did not yield when dropped are freed).
+    pub fn drain(&mut self) -> Drain<'_, N> {
+        // The batch gives up its slots now, so forgetting the iterator
+        // leaks mbufs rather than freeing handed-out ones twice.
+        let end = std::mem::replace(&mut self.len, 0);
+        Drain {
+            batch: self,
+            next: 0,
+            end,
+        }
+    }
+
     /// Keep the first `n` mbufs and free the rest.
     pub fn truncate(&mut self, n: usize) {
         if n < self.len {
@@ -140,6 +153,42 @@ impl<const N: usize> MbufBatch<N> {
     pub(crate) unsafe fn commit(&mut self, n: usize) {
         debug_assert!(self.len + n <= N);
         self.len += n;
+    }
+}
+
+/// In-order owning iterator over a batch; see `MbufBatch::drain`.
+pub struct Drain<'a, const N: usize> {
+    batch: &'a mut MbufBatch<N>,
+    next: usize,
+    end: usize,
+}
+
+impl<const N: usize> Iterator for Drain<'_, N> {
+    type Item = Mbuf;
+
+    fn next(&mut self) -> Option<Mbuf> {
+        if self.next >= self.end {
+            return None;
+        }
+        let raw = self.batch.ptrs[self.next];
+        self.next += 1;
+        // SAFETY: slots [next, end) hold owned mbufs that the batch no longer
+        // claims; each is handed out once (Drop below frees only the rest).
+        Some(unsafe { Mbuf::from_raw(NonNull::new_unchecked(raw)) })
+    }
+}
+
+impl<const N: usize> Drop for Drain<'_, N> {
+    fn drop(&mut self) {
+        if self.next < self.end {
+            // SAFETY: slots [next, end) hold owned mbufs nobody else has.
+            unsafe {
+                sys::rte_pktmbuf_free_bulk(
+                    self.batch.ptrs.as_mut_ptr().add(self.next),
+                    (self.end - self.next) as u32,
+                )
+            };
+        }
     }
 }
 

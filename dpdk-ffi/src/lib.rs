@@ -36,10 +36,10 @@ mod port;
 mod queue;
 pub mod ring;
 
-pub use batch::MbufBatch;
+pub use batch::{Drain, MbufBatch};
 pub use eal::Eal;
 pub use error::{last_errno, strerror, Error, Result};
-pub use mbuf::Mbuf;
+pub use mbuf::{CsumStatus, Mbuf, RxChecksum};
 pub use mempool::{Mempool, DEFAULT_DATA_ROOM};
 pub use port::{LinkStatus, Port, PortConfig, PortFeatures, PortInfo, PortStats};
 pub use queue::{RxQueue, TxQueue};

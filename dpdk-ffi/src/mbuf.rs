@@ -154,10 +154,72 @@ impl Mbuf {
         unsafe { sys::ainftp_mbuf_packet_type(self.as_ptr()) }
     }
 
+    /// What the NIC verified of the IPv4 header and L4 checksums on receive.
+    pub fn rx_checksum(&self) -> RxChecksum {
+        let f = self.ol_flags();
+        // SAFETY: reading immutable constants exported by the shim.
+        unsafe {
+            RxChecksum {
+                ip: CsumStatus::from_flags(
+                    f & sys::AINFTP_MBUF_F_RX_IP_CKSUM_MASK,
+                    sys::AINFTP_MBUF_F_RX_IP_CKSUM_GOOD,
+                    sys::AINFTP_MBUF_F_RX_IP_CKSUM_BAD,
+                ),
+                l4: CsumStatus::from_flags(
+                    f & sys::AINFTP_MBUF_F_RX_L4_CKSUM_MASK,
+                    sys::AINFTP_MBUF_F_RX_L4_CKSUM_GOOD,
+                    sys::AINFTP_MBUF_F_RX_L4_CKSUM_BAD,
+                ),
+            }
+        }
+    }
+
+    /// Ask the NIC to fill the IPv4 header checksum and (with `udp`) the UDP
+    /// checksum on transmit. The UDP checksum field must hold the
+    /// pseudo-header sum. Only valid when the port enabled these offloads.
+    pub fn request_tx_checksum(&mut self, l2_len: u16, l3_len: u16, udp: bool) {
+        // SAFETY: reading immutable constants exported by the shim.
+        let mut flags = unsafe { sys::AINFTP_MBUF_F_TX_IPV4 | sys::AINFTP_MBUF_F_TX_IP_CKSUM };
+        if udp {
+            // SAFETY: as above.
+            flags |= unsafe { sys::AINFTP_MBUF_F_TX_UDP_CKSUM };
+        }
+        // SAFETY: we own a valid mbuf; the shim only writes header fields.
+        unsafe { sys::ainftp_mbuf_set_tx_offload(self.as_ptr(), l2_len, l3_len, flags) };
+    }
+
     /// The port the mbuf was received on.
     pub fn port(&self) -> u16 {
         self.hdr().port
     }
+}
+
+/// One checksum as the NIC reported it on receive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CsumStatus {
+    /// Not checked by the NIC: verify in software.
+    Unknown,
+    Good,
+    Bad,
+    /// The NIC says the packet has no valid checksum of this kind to check.
+    None,
+}
+
+impl CsumStatus {
+    fn from_flags(masked: u64, good: u64, bad: u64) -> CsumStatus {
+        match masked {
+            0 => CsumStatus::Unknown,
+            m if m == good => CsumStatus::Good,
+            m if m == bad => CsumStatus::Bad,
+            _ => CsumStatus::None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RxChecksum {
+    pub ip: CsumStatus,
+    pub l4: CsumStatus,
 }
 
 /// `len` as the u16 DPDK takes, if it fits in the `available` bytes of `room`.

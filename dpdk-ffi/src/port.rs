@@ -24,6 +24,9 @@ pub struct PortConfig {
     pub tx_descriptors: u16,
     /// Spread IPv4/UDP flows over the rx queues by hash (when > 1 queue).
     pub rss: bool,
+    /// The RSS hash key (the PMD's default when None). Its length must be
+    /// the device's `hash_key_size`.
+    pub rss_key: Option<Vec<u8>>,
     /// Let the NIC compute IPv4/UDP checksums when it can.
     pub checksum_offload: bool,
     pub mtu: Option<u16>,
@@ -38,6 +41,7 @@ impl Default for PortConfig {
             rx_descriptors: 0,
             tx_descriptors: 0,
             rss: true,
+            rss_key: None,
             checksum_offload: true,
             mtu: None,
             promiscuous: true,
@@ -56,6 +60,9 @@ pub struct PortInfo {
     pub rx_offload_capa: u64,
     pub tx_offload_capa: u64,
     pub rss_offloads: u64,
+    /// Entries of the RSS redirection table (0: no RSS).
+    pub reta_size: u16,
+    pub hash_key_size: u8,
     pub min_mtu: u16,
     pub max_mtu: u16,
     pub socket: i32,
@@ -70,6 +77,9 @@ pub struct PortFeatures {
     pub rss_hf: u64,
     pub tx_ip_checksum: bool,
     pub tx_udp_checksum: bool,
+    /// The NIC verifies these on receive and says so in the mbuf flags.
+    pub rx_ip_checksum: bool,
+    pub rx_udp_checksum: bool,
     pub mtu: u16,
 }
 
@@ -403,6 +413,8 @@ fn port_info(id: u16, name: &str) -> Result<PortInfo> {
         rx_offload_capa: di.rx_offload_capa,
         tx_offload_capa: di.tx_offload_capa,
         rss_offloads: di.flow_type_rss_offloads,
+        reta_size: di.reta_size,
+        hash_key_size: di.hash_key_size,
         min_mtu: di.min_mtu,
         max_mtu: di.max_mtu,
         socket,
@@ -432,15 +444,27 @@ fn configure(info: &PortInfo, cfg: &PortConfig, pool: &Mempool) -> Result<PortFe
     }
 
     // SAFETY: reading constants exported by the shim.
-    let (rss_want, mq_rss, tx_ip, tx_udp, rx_rss_hash) = unsafe {
+    let (rss_want, mq_rss, tx_ip, tx_udp, rx_rss_hash, rx_ip, rx_udp) = unsafe {
         (
             sys::AINFTP_ETH_RSS_IPV4 | sys::AINFTP_ETH_RSS_NONFRAG_IPV4_UDP,
             sys::AINFTP_ETH_MQ_RX_RSS,
             sys::AINFTP_ETH_TX_OFFLOAD_IPV4_CKSUM,
             sys::AINFTP_ETH_TX_OFFLOAD_UDP_CKSUM,
             sys::AINFTP_ETH_RX_OFFLOAD_RSS_HASH,
+            sys::AINFTP_ETH_RX_OFFLOAD_IPV4_CKSUM,
+            sys::AINFTP_ETH_RX_OFFLOAD_UDP_CKSUM,
         )
     };
+    if let Some(key) = &cfg.rss_key {
+        if key.len() != info.hash_key_size as usize {
+            return Err(Error::Port(format!(
+                "port {name} ({}) takes an RSS key of {} bytes; {} given",
+                info.driver,
+                info.hash_key_size,
+                key.len()
+            )));
+        }
+    }
     let mut conf = sys::rte_eth_conf::default();
     let rss_hf = if cfg.rss && cfg.rx_queues > 1 {
         info.rss_offloads & rss_want
@@ -450,17 +474,24 @@ fn configure(info: &PortInfo, cfg: &PortConfig, pool: &Mempool) -> Result<PortFe
     if rss_hf != 0 {
         conf.rxmode.mq_mode = mq_rss as _;
         conf.rx_adv_conf.rss_conf.rss_hf = rss_hf;
+        if let Some(key) = &cfg.rss_key {
+            // The PMD copies the key during configure; `cfg` outlives the call.
+            conf.rx_adv_conf.rss_conf.rss_key = key.as_ptr() as *mut u8;
+            conf.rx_adv_conf.rss_conf.rss_key_len = key.len() as u8;
+        }
         if info.rx_offload_capa & rx_rss_hash != 0 {
             conf.rxmode.offloads |= rx_rss_hash;
         }
     } else if cfg.rss && cfg.rx_queues > 1 {
         tracing::warn!(port = %name, driver = %info.driver, "PMD has no IPv4/UDP RSS; flows will not be spread by hash");
     }
-    let mut tx_offloads = 0;
+    let (mut tx_offloads, mut rx_offloads) = (0, 0);
     if cfg.checksum_offload {
         tx_offloads = info.tx_offload_capa & (tx_ip | tx_udp);
+        rx_offloads = info.rx_offload_capa & (rx_ip | rx_udp);
     }
     conf.txmode.offloads = tx_offloads;
+    conf.rxmode.offloads |= rx_offloads;
 
     let id = info.id;
     // SAFETY: valid port id; conf is fully initialised.
@@ -517,6 +548,8 @@ fn configure(info: &PortInfo, cfg: &PortConfig, pool: &Mempool) -> Result<PortFe
         rss_hf,
         tx_ip_checksum: tx_offloads & tx_ip != 0,
         tx_udp_checksum: tx_offloads & tx_udp != 0,
+        rx_ip_checksum: rx_offloads & rx_ip != 0,
+        rx_udp_checksum: rx_offloads & rx_udp != 0,
         mtu,
     })
 }

@@ -2,6 +2,7 @@
 //! and their shared command-line plumbing.
 
 pub mod cpulist;
+pub mod dp;
 pub mod eal_setup;
 pub mod error;
 pub mod perf;

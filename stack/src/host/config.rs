@@ -1,0 +1,114 @@
+//! Who the host is on the wire: addresses, subnet, gateway, VLAN, statics.
+
+use std::net::Ipv4Addr;
+
+use crate::host::neighbour::NeighbourConfig;
+use crate::wire::EthernetAddress;
+
+#[derive(Debug, Clone)]
+pub struct HostConfig {
+    pub mac: EthernetAddress,
+    pub ip: Ipv4Addr,
+    pub prefix_len: u8,
+    pub gateway: Option<Ipv4Addr>,
+    /// 802.1Q VLAN to tag with and accept; None: untagged only.
+    pub vlan: Option<u16>,
+    pub static_neighbours: Vec<(Ipv4Addr, EthernetAddress)>,
+    pub neighbour: NeighbourConfig,
+    pub ttl: u8,
+}
+
+impl HostConfig {
+    pub fn new(mac: EthernetAddress, ip: Ipv4Addr, prefix_len: u8) -> HostConfig {
+        HostConfig {
+            mac,
+            ip,
+            prefix_len,
+            gateway: None,
+            vlan: None,
+            static_neighbours: Vec::new(),
+            neighbour: NeighbourConfig::default(),
+            ttl: 64,
+        }
+    }
+
+    fn mask(&self) -> u32 {
+        match self.prefix_len {
+            0 => 0,
+            p => u32::MAX << (32 - p.min(32)),
+        }
+    }
+
+    pub fn in_subnet(&self, ip: Ipv4Addr) -> bool {
+        (u32::from(ip) ^ u32::from(self.ip)) & self.mask() == 0
+    }
+
+    /// The subnet's directed broadcast address.
+    pub fn broadcast(&self) -> Ipv4Addr {
+        Ipv4Addr::from(u32::from(self.ip) | !self.mask())
+    }
+
+    /// Whom to send a packet for `dst` to on the link: `dst` itself inside
+    /// the subnet, else the gateway; None when there is no route.
+    pub fn next_hop(&self, dst: Ipv4Addr) -> Option<Ipv4Addr> {
+        if self.in_subnet(dst) {
+            Some(dst)
+        } else {
+            self.gateway
+        }
+    }
+
+    /// Checks a user would want told before the port comes up.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.prefix_len > 32 {
+            return Err(format!("prefix length /{} is over 32", self.prefix_len));
+        }
+        if self.ip.is_unspecified() || self.ip.is_multicast() || self.ip.is_broadcast() {
+            return Err(format!("{} cannot be a host address", self.ip));
+        }
+        if !self.mac.is_unicast() {
+            return Err(format!("{} is not a unicast MAC address", self.mac));
+        }
+        if let Some(gw) = self.gateway {
+            if !self.in_subnet(gw) {
+                return Err(format!(
+                    "gateway {gw} is outside {}/{}",
+                    self.ip, self.prefix_len
+                ));
+            }
+        }
+        if let Some(v) = self.vlan {
+            if v == 0 || v >= 4095 {
+                return Err(format!("VLAN id {v} is outside 1..4094"));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn routes_inside_the_subnet_directly_and_outside_via_the_gateway() {
+        let mut c = HostConfig::new(
+            EthernetAddress([2, 0, 0, 0, 0, 1]),
+            Ipv4Addr::new(10, 0, 0, 2),
+            24,
+        );
+        let inside = Ipv4Addr::new(10, 0, 0, 77);
+        let outside = Ipv4Addr::new(192, 168, 1, 1);
+        assert_eq!(c.next_hop(inside), Some(inside));
+        assert_eq!(c.next_hop(outside), None);
+        c.gateway = Some(Ipv4Addr::new(10, 0, 0, 1));
+        assert_eq!(c.next_hop(outside), c.gateway);
+        assert_eq!(c.broadcast(), Ipv4Addr::new(10, 0, 0, 255));
+        assert!(c.validate().is_ok());
+        c.gateway = Some(outside);
+        assert!(c.validate().unwrap_err().contains("outside"));
+        c.gateway = None;
+        c.prefix_len = 0;
+        assert!(c.in_subnet(outside));
+    }
+}

@@ -1,0 +1,360 @@
+//! Host logic: what a frame means to us. `Host::classify` looks at one
+//! received frame in place and says what to do with it: hand a UDP payload
+//! up, send the frame back (it rewrote an ARP request or ICMP echo request
+//! into the reply in place), or drop it for a counted reason. The builders
+//! write the headers of outgoing UDP and ARP frames. Pure byte work: the
+//! DPDK backend wraps it around mbufs, tests around plain buffers.
+
+pub mod config;
+pub mod neighbour;
+
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::sync::Arc;
+use std::time::Instant;
+
+use dpdk_ffi::{CsumStatus, RxChecksum};
+
+pub use config::HostConfig;
+pub use neighbour::{NeighbourCache, NeighbourConfig, NeighbourTable, Resolve};
+
+use crate::counters::{Counters, DropReason};
+use crate::wire::{
+    self, ArpOperation, ArpPacket, ArpRepr, ChecksumMode, EthernetAddress, EthernetFrame,
+    EthernetRepr, Icmpv4Packet, Ipv4Packet, Ipv4Repr, UdpPacket, UdpRepr,
+};
+
+const ETHERTYPE_IPV4: u16 = 0x0800;
+const ETHERTYPE_ARP: u16 = 0x0806;
+const IP_PROTO_ICMP: u8 = 1;
+const IP_PROTO_UDP: u8 = 17;
+const ICMP_ECHO_REQUEST: u8 = 8;
+/// Ethernet frames are padded to this length (without FCS).
+pub const MIN_FRAME: usize = 60;
+
+/// Where a received UDP payload sits in its frame and whom it is from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UdpMeta {
+    pub payload_offset: usize,
+    pub payload_len: usize,
+    pub peer: SocketAddrV4,
+    pub local_port: u16,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    Udp(UdpMeta),
+    /// The frame was rewritten in place into a reply of `len` bytes: send it.
+    Reply { len: usize },
+    /// Handled; nothing to send (an ARP reply we learned from, say).
+    Consumed,
+    Drop(DropReason),
+}
+
+/// How the port handles checksums on transmit.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TxOffload {
+    pub ip_checksum: bool,
+    pub udp_checksum: bool,
+}
+
+/// One lcore's host state. `P` is how a packet waiting for ARP is held.
+pub struct Host<P> {
+    cfg: Arc<HostConfig>,
+    neighbours: NeighbourCache<P>,
+    /// Packets whose next hop just resolved, with its MAC: the caller
+    /// fills in the destination and sends them.
+    released: Vec<(EthernetAddress, P)>,
+    ident: u16,
+}
+
+impl<P> Host<P> {
+    pub fn new(cfg: Arc<HostConfig>, table: Arc<NeighbourTable>) -> Host<P> {
+        for (ip, mac) in &cfg.static_neighbours {
+            table.add_static(*ip, *mac);
+        }
+        let neighbours = NeighbourCache::new(table, cfg.neighbour);
+        Host {
+            cfg,
+            neighbours,
+            released: Vec::new(),
+            ident: 0,
+        }
+    }
+
+    pub fn config(&self) -> &HostConfig {
+        &self.cfg
+    }
+
+    pub fn neighbours(&mut self) -> &mut NeighbourCache<P> {
+        &mut self.neighbours
+    }
+
+    /// Ethernet (+VLAN) + IPv4 + UDP header bytes in front of a payload.
+    pub fn udp_header_len(&self) -> usize {
+        self.eth_header_len() + wire::IPV4_HEADER_LEN + wire::UDP_HEADER_LEN
+    }
+
+    pub fn eth_header_len(&self) -> usize {
+        wire::ETHERNET_HEADER_LEN + if self.cfg.vlan.is_some() { 4 } else { 0 }
+    }
+
+    /// Packets released by ARP resolutions since the last call.
+    pub fn take_released(&mut self) -> std::vec::Drain<'_, (EthernetAddress, P)> {
+        self.released.drain(..)
+    }
+
+    /// Decide what `frame` means; may rewrite it in place into a reply.
+    pub fn classify(
+        &mut self,
+        frame: &mut [u8],
+        csum: RxChecksum,
+        now: Instant,
+        counters: &mut Counters,
+    ) -> Verdict {
+        let (dst, vlan, ethertype, l2_len) = match EthernetFrame::new_checked(&frame[..]) {
+            Ok(eth) => (eth.dst_addr(), eth.vlan_id(), eth.ethertype(), eth.header_len()),
+            Err(e) => return Verdict::Drop(reason_of(e)),
+        };
+        if dst != self.cfg.mac && !dst.is_broadcast() {
+            return Verdict::Drop(DropReason::ForeignMac);
+        }
+        if vlan != self.cfg.vlan {
+            return Verdict::Drop(DropReason::WrongVlan);
+        }
+        match ethertype {
+            ETHERTYPE_ARP => self.on_arp(frame, l2_len, now, counters),
+            ETHERTYPE_IPV4 if dst.is_broadcast() => Verdict::Drop(DropReason::NotForUs),
+            ETHERTYPE_IPV4 => self.on_ipv4(frame, l2_len, csum, counters),
+            _ => Verdict::Drop(DropReason::UnsupportedEtherType),
+        }
+    }
+
+    fn on_arp(
+        &mut self,
+        frame: &mut [u8],
+        l2_len: usize,
+        now: Instant,
+        counters: &mut Counters,
+    ) -> Verdict {
+        let repr = match ArpPacket::new_checked(&frame[l2_len..]).and_then(|p| ArpRepr::parse(&p))
+        {
+            Ok(r) => r,
+            Err(e) => return Verdict::Drop(reason_of(e)),
+        };
+        let for_us = repr.target_protocol_addr == self.cfg.ip;
+        let from = repr.source_protocol_addr;
+        let known = self.neighbours.lookup(from, now).is_some();
+        // Learn from anything aimed at us, and refresh what we already know
+        // (gratuitous ARP): RFC 826's merge rule.
+        if (for_us || known) && !from.is_unspecified() && from != self.cfg.ip {
+            let mac = repr.source_hardware_addr;
+            let waiting = self.neighbours.learn(from, mac, now);
+            self.released.extend(waiting.into_iter().map(|p| (mac, p)));
+        }
+        if !for_us {
+            return if known {
+                Verdict::Consumed
+            } else {
+                Verdict::Drop(DropReason::NotForUs)
+            };
+        }
+        if repr.operation != ArpOperation::Request {
+            return Verdict::Consumed;
+        }
+        counters.arp_requests_in += 1;
+        let reply = ArpRepr {
+            operation: ArpOperation::Reply,
+            source_hardware_addr: self.cfg.mac,
+            source_protocol_addr: self.cfg.ip,
+            target_hardware_addr: repr.source_hardware_addr,
+            target_protocol_addr: repr.source_protocol_addr,
+        };
+        let len = self.write_arp(frame, repr.source_hardware_addr, &reply);
+        counters.arp_replies_out += 1;
+        Verdict::Reply { len }
+    }
+
+    fn on_ipv4(
+        &mut self,
+        frame: &mut [u8],
+        l2_len: usize,
+        csum: RxChecksum,
+        counters: &mut Counters,
+    ) -> Verdict {
+        let ip = match Ipv4Packet::new_checked(&frame[l2_len..]) {
+            Ok(ip) => ip,
+            Err(e) => return Verdict::Drop(reason_of(e)),
+        };
+        let ip_ok = match csum.ip {
+            CsumStatus::Good => true,
+            CsumStatus::Bad => false,
+            CsumStatus::Unknown | CsumStatus::None => ip.verify_checksum(),
+        };
+        if !ip_ok {
+            return Verdict::Drop(DropReason::BadChecksum);
+        }
+        if ip.is_fragment() {
+            return Verdict::Drop(DropReason::Fragmented);
+        }
+        let (src, dst, protocol, l3_len) =
+            (ip.src_addr(), ip.dst_addr(), ip.protocol(), ip.header_len() as usize);
+        if dst != self.cfg.ip {
+            return Verdict::Drop(DropReason::NotForUs);
+        }
+        let l4 = l2_len + l3_len;
+        match protocol {
+            IP_PROTO_UDP => {
+                let total = l2_len + ip.total_len() as usize;
+                let udp = match UdpPacket::new_checked(&frame[l4..total]) {
+                    Ok(u) => u,
+                    Err(e) => return Verdict::Drop(reason_of(e)),
+                };
+                let udp_ok = match csum.l4 {
+                    CsumStatus::Good => true,
+                    CsumStatus::Bad => false,
+                    CsumStatus::Unknown | CsumStatus::None => udp.verify_checksum(src, dst),
+                };
+                if !udp_ok {
+                    return Verdict::Drop(DropReason::BadChecksum);
+                }
+                counters.udp_in += 1;
+                Verdict::Udp(UdpMeta {
+                    payload_offset: l4 + wire::UDP_HEADER_LEN,
+                    payload_len: udp.len() as usize - wire::UDP_HEADER_LEN,
+                    peer: SocketAddrV4::new(src, udp.src_port()),
+                    local_port: udp.dst_port(),
+                })
+            }
+            IP_PROTO_ICMP => self.on_icmp(frame, l2_len, counters),
+            _ => Verdict::Drop(DropReason::UnsupportedProtocol),
+        }
+    }
+
+    /// Echo requests become replies in place: addresses swapped, type 0,
+    /// checksums updated; the payload is not touched.
+    fn on_icmp(&mut self, frame: &mut [u8], l2_len: usize, counters: &mut Counters) -> Verdict {
+        let mut ip = Ipv4Packet::new_unchecked(&mut frame[l2_len..]);
+        let total = ip.total_len() as usize;
+        {
+            let mut icmp = match Icmpv4Packet::new_checked(&mut ip.payload_mut()[..]) {
+                Ok(p) => p,
+                Err(e) => return Verdict::Drop(reason_of(e)),
+            };
+            if !icmp.verify_checksum() {
+                return Verdict::Drop(DropReason::BadChecksum);
+            }
+            if icmp.msg_type() != ICMP_ECHO_REQUEST || icmp.code() != 0 {
+                return Verdict::Consumed;
+            }
+            if wire::echo_request_to_reply_in_place(&mut icmp).is_err() {
+                return Verdict::Drop(DropReason::Malformed);
+            }
+        }
+        ip.swap_addrs();
+        ip.set_ttl(self.cfg.ttl);
+        ip.fill_checksum();
+        let mut eth = EthernetFrame::new_unchecked(&mut frame[..]);
+        let peer_mac = eth.src_addr();
+        eth.set_dst_addr(peer_mac);
+        eth.set_src_addr(self.cfg.mac);
+        counters.icmp_echo_replies += 1;
+        Verdict::Reply {
+            len: (l2_len + total).max(MIN_FRAME.min(frame.len())),
+        }
+    }
+
+    /// Write an ARP frame (our VLAN, padded to 60 bytes) into `buf`.
+    fn write_arp(&self, buf: &mut [u8], dst: EthernetAddress, arp: &ArpRepr) -> usize {
+        let eth = EthernetRepr {
+            src_addr: self.cfg.mac,
+            dst_addr: dst,
+            ethertype: ETHERTYPE_ARP,
+            vlan_id: self.cfg.vlan,
+        };
+        let l2 = eth.header_len();
+        let len = (l2 + wire::ARP_BUFFER_LEN).max(MIN_FRAME);
+        let buf = &mut buf[..len];
+        buf.fill(0);
+        eth.emit(&mut buf[..l2]).expect("our VLAN id was validated");
+        arp.emit(&mut buf[l2..]).expect("room for an ARP packet");
+        len
+    }
+
+    /// Write a broadcast ARP request for `target` into `buf` (>= 64 bytes).
+    /// With `target` == our address it is a gratuitous ARP announcing us.
+    pub fn write_arp_request(&self, buf: &mut [u8], target: Ipv4Addr) -> usize {
+        let req = ArpRepr {
+            operation: ArpOperation::Request,
+            source_hardware_addr: self.cfg.mac,
+            source_protocol_addr: self.cfg.ip,
+            target_hardware_addr: EthernetAddress([0; 6]),
+            target_protocol_addr: target,
+        };
+        self.write_arp(buf, EthernetAddress::BROADCAST, &req)
+    }
+
+    /// Write Ethernet/IPv4/UDP headers in front of the payload that already
+    /// sits at `frame[udp_header_len()..]`. The destination MAC is written
+    /// later by `set_dst_mac` when it must wait for ARP.
+    pub fn write_udp_headers(
+        &mut self,
+        frame: &mut [u8],
+        dst_mac: EthernetAddress,
+        peer: SocketAddrV4,
+        src_port: u16,
+        offload: TxOffload,
+    ) {
+        let l2 = self.eth_header_len();
+        let payload_len = frame.len() - self.udp_header_len();
+        EthernetRepr {
+            src_addr: self.cfg.mac,
+            dst_addr: dst_mac,
+            ethertype: ETHERTYPE_IPV4,
+            vlan_id: self.cfg.vlan,
+        }
+        .emit(&mut frame[..l2])
+        .expect("our VLAN id was validated");
+        self.ident = self.ident.wrapping_add(1);
+        let ip = Ipv4Repr {
+            src_addr: self.cfg.ip,
+            dst_addr: *peer.ip(),
+            protocol: IP_PROTO_UDP,
+            payload_len: wire::UDP_HEADER_LEN + payload_len,
+            ttl: self.cfg.ttl,
+            ident: self.ident,
+            dont_frag: true,
+        };
+        let ip_mode = if offload.ip_checksum {
+            ChecksumMode::Offload
+        } else {
+            ChecksumMode::Software
+        };
+        ip.emit(&mut frame[l2..], ip_mode)
+            .expect("the frame holds headers and payload");
+        let udp_mode = if offload.udp_checksum {
+            ChecksumMode::Offload
+        } else {
+            ChecksumMode::Software
+        };
+        let l4 = l2 + wire::IPV4_HEADER_LEN;
+        UdpRepr {
+            src_port,
+            dst_port: peer.port(),
+        }
+        .emit(&mut frame[l4..], payload_len, self.cfg.ip, *peer.ip(), udp_mode)
+        .expect("the frame holds headers and payload");
+    }
+
+    /// Fill in the destination MAC of a frame built earlier.
+    pub fn set_dst_mac(frame: &mut [u8], mac: EthernetAddress) {
+        EthernetFrame::new_unchecked(frame).set_dst_addr(mac);
+    }
+}
+
+fn reason_of(e: wire::Error) -> DropReason {
+    match e {
+        wire::Error::Truncated => DropReason::Truncated,
+        wire::Error::Malformed => DropReason::Malformed,
+        wire::Error::Checksum => DropReason::BadChecksum,
+    }
+}

@@ -1,0 +1,437 @@
+//! The DPDK backend: our host logic over one rx source (a port queue, or a
+//! ring fed by the steering lcore) and one tx queue. Received UDP payloads
+//! are handed up in their mbufs (headers stripped with `adj`, no copy);
+//! sent ones get their headers prepended in the mbuf's headroom.
+
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::time::Instant;
+
+use dpdk_ffi::ring::{Consumer, Producer, Spsc};
+use dpdk_ffi::{CsumStatus, Mbuf, MbufBatch, Mempool, PortFeatures, RxChecksum, RxQueue, TxQueue};
+
+use crate::counters::{Counters, DropReason};
+use crate::host::{Host, Resolve, TxOffload, Verdict};
+use crate::io::{Datagram, PacketIo};
+use crate::rss::{udp4_hash, QueueMap};
+use crate::wire::{EthernetAddress, EthernetFrame, Ipv4Packet};
+
+/// Mbufs taken from the device per rx burst.
+pub const RX_BURST: usize = 64;
+/// Frames the backend holds for the tx queue (replies, released packets,
+/// datagrams the NIC had no room for yet).
+const TX_HOLD: usize = 256;
+const ETHERTYPE_IPV4: u16 = 0x0800;
+const IP_PROTO_UDP: u8 = 17;
+const IPV4_UDP_OVERHEAD: usize = 28;
+
+/// A UDP datagram in an mbuf whose data is exactly the payload.
+pub struct UdpMbuf {
+    mbuf: Mbuf,
+    peer: SocketAddrV4,
+    local_port: u16,
+    capacity: usize,
+}
+
+impl UdpMbuf {
+    pub fn mbuf(&self) -> &Mbuf {
+        &self.mbuf
+    }
+}
+
+impl Datagram for UdpMbuf {
+    fn payload(&self) -> &[u8] {
+        self.mbuf.data()
+    }
+
+    fn payload_mut(&mut self) -> &mut [u8] {
+        self.mbuf.data_mut()
+    }
+
+    fn set_len(&mut self, len: usize) {
+        let len = len.min(self.capacity);
+        let cur = self.mbuf.len();
+        // Both fit: capacity was bounded by the tailroom at allocation.
+        if len > cur {
+            let _ = self.mbuf.append(len - cur);
+        } else {
+            let _ = self.mbuf.trim(cur - len);
+        }
+    }
+
+    fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    fn peer(&self) -> SocketAddrV4 {
+        self.peer
+    }
+
+    fn set_peer(&mut self, peer: SocketAddrV4) {
+        self.peer = peer;
+    }
+
+    fn local_port(&self) -> u16 {
+        self.local_port
+    }
+
+    fn set_local_port(&mut self, port: u16) {
+        self.local_port = port;
+    }
+}
+
+/// Where an lcore's received frames come from.
+pub enum RxSource {
+    Queue(RxQueue),
+    /// Frames steered here by the lcore that owns the only rx queue.
+    Ring(Consumer<Spsc>),
+}
+
+/// Software RSS on the lcore that owns the single rx queue: each IPv4/UDP
+/// frame goes to the lcore its flow hash names (the same Toeplitz hash a
+/// NIC would compute); everything else stays here.
+pub struct Steering {
+    pub key: Vec<u8>,
+    /// This lcore's index among the workers.
+    pub me: usize,
+    /// One ring per worker index (None at `me`).
+    pub rings: Vec<Option<Producer<Spsc>>>,
+    batches: Vec<MbufBatch<RX_BURST>>,
+}
+
+impl Steering {
+    pub fn new(key: Vec<u8>, me: usize, rings: Vec<Option<Producer<Spsc>>>) -> Steering {
+        let batches = (0..rings.len()).map(|_| MbufBatch::new()).collect();
+        Steering {
+            key,
+            me,
+            rings,
+            batches,
+        }
+    }
+
+    /// The worker a frame belongs to.
+    fn owner(&self, frame: &[u8]) -> usize {
+        let map = QueueMap {
+            queues: self.rings.len() as u16,
+            reta_size: 0,
+        };
+        flow_hash(&self.key, frame).map_or(self.me, |h| map.queue_of(h) as usize)
+    }
+}
+
+/// The Toeplitz hash of an unfragmented IPv4/UDP frame's 4-tuple.
+pub fn flow_hash(key: &[u8], frame: &[u8]) -> Option<u32> {
+    let eth = EthernetFrame::new_checked(frame).ok()?;
+    if eth.ethertype() != ETHERTYPE_IPV4 {
+        return None;
+    }
+    let ip = Ipv4Packet::new_checked(&frame[eth.header_len()..]).ok()?;
+    if ip.protocol() != IP_PROTO_UDP || ip.is_fragment() {
+        return None;
+    }
+    let l4 = ip.payload();
+    let ports = l4.get(..4)?;
+    Some(udp4_hash(
+        key,
+        ip.src_addr(),
+        ip.dst_addr(),
+        u16::from_be_bytes([ports[0], ports[1]]),
+        u16::from_be_bytes([ports[2], ports[3]]),
+    ))
+}
+
+pub struct DpdkIo {
+    rx: RxSource,
+    tx: TxQueue,
+    pool: Mempool,
+    host: Host<Mbuf>,
+    offload: TxOffload,
+    rx_checksum_offload: bool,
+    rx_batch: MbufBatch<RX_BURST>,
+    tx_batch: MbufBatch<TX_HOLD>,
+    steering: Option<Steering>,
+    counters: Counters,
+    max_payload: usize,
+}
+
+impl DpdkIo {
+    pub fn new(
+        rx: RxSource,
+        tx: TxQueue,
+        pool: Mempool,
+        host: Host<Mbuf>,
+        features: &PortFeatures,
+        steering: Option<Steering>,
+    ) -> DpdkIo {
+        let room = dpdk_ffi::DEFAULT_DATA_ROOM as usize;
+        let max_payload = (features.mtu as usize)
+            .saturating_sub(IPV4_UDP_OVERHEAD)
+            .min(room.saturating_sub(host.udp_header_len()));
+        DpdkIo {
+            rx,
+            tx,
+            pool,
+            offload: TxOffload {
+                ip_checksum: features.tx_ip_checksum,
+                udp_checksum: features.tx_udp_checksum,
+            },
+            rx_checksum_offload: features.rx_ip_checksum || features.rx_udp_checksum,
+            host,
+            rx_batch: MbufBatch::new(),
+            tx_batch: MbufBatch::new(),
+            steering,
+            counters: Counters::default(),
+            max_payload,
+        }
+    }
+
+    pub fn counters(&self) -> &Counters {
+        &self.counters
+    }
+
+    pub fn host(&mut self) -> &mut Host<Mbuf> {
+        &mut self.host
+    }
+
+    /// Drop a datagram the layer above did not want, counted under `reason`.
+    pub fn discard(&mut self, d: UdpMbuf, reason: DropReason) {
+        self.counters.drop(reason);
+        drop(d);
+    }
+
+    /// Broadcast a gratuitous ARP for our address (when the port comes up).
+    pub fn announce(&mut self) {
+        let ip = self.host.config().ip;
+        self.send_arp_request(ip);
+        self.flush();
+    }
+
+    fn send_arp_request(&mut self, target: Ipv4Addr) {
+        let Ok(mut m) = self.pool.alloc() else {
+            self.counters.drop(DropReason::NoMbuf);
+            return;
+        };
+        let Ok(buf) = m.append(64) else {
+            self.counters.drop(DropReason::NoMbuf);
+            return;
+        };
+        let len = self.host.write_arp_request(buf, target);
+        let _ = m.trim(64 - len);
+        self.counters.arp_requests_out += 1;
+        self.hold(m);
+    }
+
+    /// Queue a finished frame for the tx queue.
+    fn hold(&mut self, m: Mbuf) {
+        if self.tx_batch.push(m).is_err() {
+            self.counters.drop(DropReason::TxFull);
+        }
+    }
+
+    /// Hand held frames to the NIC; what it has no room for stays held.
+    pub fn flush(&mut self) {
+        if self.tx_batch.is_empty() {
+            return;
+        }
+        let before: usize = self.tx_batch.iter().map(Mbuf::len).sum();
+        let sent = self.tx.tx_burst(&mut self.tx_batch);
+        if sent > 0 {
+            let after: usize = self.tx_batch.iter().map(Mbuf::len).sum();
+            self.counters.tx_packets += sent as u64;
+            self.counters.tx_bytes += (before - after) as u64;
+            self.counters.tx_bursts += 1;
+        }
+    }
+
+    fn release_resolved(&mut self, now: Instant) {
+        let resolved = self.host.neighbours().take_resolved(now);
+        for (mac, frames) in resolved {
+            for mut m in frames {
+                Host::<Mbuf>::set_dst_mac(m.data_mut(), mac);
+                self.hold(m);
+            }
+        }
+        let released: Vec<_> = self.host.take_released().collect();
+        for (mac, mut m) in released {
+            Host::<Mbuf>::set_dst_mac(m.data_mut(), mac);
+            self.hold(m);
+        }
+    }
+
+    /// Steer frames that belong to other lcores; true if `m` was taken.
+    fn steer(&mut self, m: Mbuf) -> Option<Mbuf> {
+        let Some(s) = self.steering.as_mut() else {
+            return Some(m);
+        };
+        let owner = s.owner(m.data());
+        if owner == s.me {
+            return Some(m);
+        }
+        if s.batches[owner].push(m).is_err() {
+            self.counters.drop(DropReason::SteerRingFull);
+        }
+        None
+    }
+
+    fn flush_steered(&mut self) {
+        let Some(s) = self.steering.as_mut() else {
+            return;
+        };
+        for (ring, batch) in s.rings.iter_mut().zip(s.batches.iter_mut()) {
+            let (Some(ring), false) = (ring, batch.is_empty()) else {
+                continue;
+            };
+            let n = ring.enqueue_burst(batch);
+            self.counters.steered += n as u64;
+            self.counters.drops[DropReason::SteerRingFull as usize] += batch.len() as u64;
+            batch.clear();
+        }
+    }
+
+    fn frame_out(&mut self, mut d: UdpMbuf, now: Instant) {
+        let peer = d.peer;
+        let cfg = self.host.config();
+        let broadcast = peer.ip().is_broadcast() || *peer.ip() == cfg.broadcast();
+        let Some(hop) = cfg.next_hop(*peer.ip()) else {
+            self.counters.drop(DropReason::NoRoute);
+            return;
+        };
+        let hdr = self.host.udp_header_len();
+        if d.mbuf.prepend(hdr).is_err() {
+            self.counters.drop(DropReason::Truncated);
+            return;
+        }
+        let mac = if broadcast {
+            Some(EthernetAddress::BROADCAST)
+        } else {
+            self.host.neighbours().lookup(hop, now)
+        };
+        let l2 = self.host.eth_header_len();
+        self.host.write_udp_headers(
+            d.mbuf.data_mut(),
+            mac.unwrap_or(EthernetAddress([0; 6])),
+            peer,
+            d.local_port,
+            self.offload,
+        );
+        if self.offload.ip_checksum || self.offload.udp_checksum {
+            d.mbuf
+                .request_tx_checksum(l2 as u16, 20, self.offload.udp_checksum);
+        }
+        self.counters.udp_out += 1;
+        if mac.is_some() {
+            self.hold(d.mbuf);
+            return;
+        }
+        match self.host.neighbours().enqueue(hop, d.mbuf, now) {
+            (Resolve::SendRequest(ip), _) => self.send_arp_request(ip),
+            (Resolve::Waiting, _) => {}
+            (Resolve::Full, _) => self.counters.drop(DropReason::Unresolved),
+        }
+    }
+}
+
+impl PacketIo for DpdkIo {
+    type Buf = UdpMbuf;
+
+    fn recv_burst(&mut self, out: &mut Vec<UdpMbuf>, max: usize) -> usize {
+        let got = match &mut self.rx {
+            RxSource::Queue(q) => q.rx_burst_max(&mut self.rx_batch, max.min(RX_BURST)),
+            RxSource::Ring(c) => c.dequeue_burst(&mut self.rx_batch),
+        };
+        if got == 0 {
+            return 0;
+        }
+        self.counters.rx_bursts += 1;
+        let now = Instant::now();
+        let before = out.len();
+        let mut batch = std::mem::take(&mut self.rx_batch);
+        for m in batch.drain() {
+            let Some(mut m) = self.steer(m) else { continue };
+            self.counters.rx_packets += 1;
+            self.counters.rx_bytes += m.len() as u64;
+            let csum = if self.rx_checksum_offload {
+                m.rx_checksum()
+            } else {
+                RxChecksum {
+                    ip: CsumStatus::Unknown,
+                    l4: CsumStatus::Unknown,
+                }
+            };
+            match self.host.classify(m.data_mut(), csum, now, &mut self.counters) {
+                Verdict::Udp(meta) => {
+                    // Both fit: classify checked the lengths.
+                    let _ = m.adj(meta.payload_offset);
+                    let extra = m.len() - meta.payload_len;
+                    let _ = m.trim(extra);
+                    out.push(UdpMbuf {
+                        mbuf: m,
+                        peer: meta.peer,
+                        local_port: meta.local_port,
+                        capacity: meta.payload_len.max(self.max_payload),
+                    });
+                }
+                Verdict::Reply { len } => {
+                    let extra = m.len().saturating_sub(len);
+                    let _ = m.trim(extra);
+                    self.hold(m);
+                }
+                Verdict::Consumed => {}
+                Verdict::Drop(reason) => self.counters.drop(reason),
+            }
+        }
+        self.rx_batch = batch;
+        self.flush_steered();
+        self.release_resolved(now);
+        out.len() - before
+    }
+
+    fn alloc(&mut self) -> Option<UdpMbuf> {
+        match self.pool.alloc() {
+            Ok(mbuf) => {
+                let capacity = self.max_payload.min(mbuf.tailroom());
+                Some(UdpMbuf {
+                    mbuf,
+                    peer: SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0),
+                    local_port: 0,
+                    capacity,
+                })
+            }
+            Err(_) => {
+                self.counters.drop(DropReason::NoMbuf);
+                None
+            }
+        }
+    }
+
+    fn send_burst(&mut self, bufs: &mut Vec<UdpMbuf>) -> usize {
+        self.flush();
+        let n = bufs.len().min(TX_HOLD - self.tx_batch.len());
+        let now = Instant::now();
+        for d in bufs.drain(..n) {
+            self.frame_out(d, now);
+        }
+        self.flush();
+        n
+    }
+
+    fn poll(&mut self, now: Instant) {
+        let (ask, given_up) = self.host.neighbours().poll(now);
+        for ip in ask {
+            self.send_arp_request(ip);
+        }
+        for _ in given_up {
+            self.counters.drop(DropReason::Unresolved);
+        }
+        self.release_resolved(now);
+        self.flush();
+    }
+
+    fn local_ip(&self) -> Ipv4Addr {
+        self.host.config().ip
+    }
+
+    fn max_payload(&self) -> usize {
+        self.max_payload
+    }
+}

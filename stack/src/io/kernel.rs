@@ -1,0 +1,689 @@
+//! Kernel UDP sockets backend: one non-blocking IPv4 UDP socket driven through
+//! `quinn-udp` (`recvmmsg` for receive, one `sendmsg` per transmit with UDP
+//! GSO for send, UDP GRO on receive), no `unsafe` in this crate.
+//!
+//! Notes on behaviour:
+//! - `recv_burst` makes at most one `recvmmsg` call per invocation over up to
+//!   `min(batch, quinn_udp::BATCH_SIZE)` reusable buffers. With GRO one buffer
+//!   may hold several datagrams of `stride` bytes; they are split into
+//!   separate [`KernelDatagram`]s (payloads are copied out of the reusable
+//!   receive buffers). Datagrams beyond `max` are kept for the next call.
+//! - `send_burst` coalesces runs of datagrams to the same peer with the same
+//!   size (the last of a run may be shorter) into one GSO `sendmsg`. Without
+//!   GSO each datagram is its own `sendmsg`: quinn-udp has no `sendmmsg` path.
+//! - `quinn-udp` sets `IP_MTU_DISCOVER = IP_PMTUDISC_PROBE` (DF set, never
+//!   fragment): `max_payload` must fit the path MTU (MTU - 28), or sends fail
+//!   with `EMSGSIZE` and are dropped and counted.
+//! - Datagrams larger than `max_payload` that arrive are dropped and counted
+//!   in `rx_errors` (they cannot be represented in a `KernelDatagram`).
+
+
+use std::collections::VecDeque;
+use std::io::{self, IoSliceMut};
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, UdpSocket};
+use std::time::Instant;
+
+use quinn_udp::{RecvMeta, Transmit, UdpSockRef, UdpSocketState, BATCH_SIZE};
+use socket2::{Domain, Protocol, Socket, Type};
+
+use super::{Datagram, PacketIo};
+
+/// Largest UDP payload in one IPv4 datagram (65535 - 20 IP - 8 UDP).
+pub const MAX_UDP_PAYLOAD_V4: usize = 65_507;
+
+/// Size of one receive buffer when GRO is on: holds any aggregate the kernel
+/// can hand up for IPv4 (at most 64 KiB of payload).
+const GRO_BUF_LEN: usize = 65_535;
+
+/// Most buffers kept on the free list; beyond that sent buffers are freed.
+const FREE_LIST_MAX: usize = 4096;
+
+/// `ENOBUFS` on Linux: the device queue is full; treated like `WouldBlock`.
+const ENOBUFS: i32 = 105;
+
+/// Configuration of a [`KernelUdp`] socket.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KernelUdpConfig {
+    /// Largest UDP payload sent or received (1472 = 1500-byte MTU - 28).
+    pub max_payload: usize,
+    /// Receive buffers per `recvmmsg` call (capped at `quinn_udp::BATCH_SIZE`, 32).
+    pub batch: usize,
+    /// `SO_RCVBUF` in bytes (the kernel doubles it and caps it at `rmem_max`).
+    pub recv_buffer: Option<usize>,
+    /// `SO_SNDBUF` in bytes (the kernel doubles it and caps it at `wmem_max`;
+    /// the effective minimum is 4608).
+    pub send_buffer: Option<usize>,
+    /// Use UDP GSO on send when the kernel supports it.
+    pub gso: bool,
+    /// Use UDP GRO on receive when the kernel supports it.
+    pub gro: bool,
+}
+
+impl Default for KernelUdpConfig {
+    fn default() -> Self {
+        Self {
+            max_payload: 1472,
+            batch: 32,
+            recv_buffer: None,
+            send_buffer: None,
+            gso: true,
+            gro: true,
+        }
+    }
+}
+
+/// Counters of a [`KernelUdp`] socket.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct KernelUdpStats {
+    /// Datagrams received (after splitting GRO aggregates).
+    pub rx_datagrams: u64,
+    /// Payload bytes received.
+    pub rx_bytes: u64,
+    /// `recvmmsg` calls made (including those that found nothing).
+    pub rx_calls: u64,
+    /// Datagrams handed to the kernel.
+    pub tx_datagrams: u64,
+    /// Payload bytes handed to the kernel.
+    pub tx_bytes: u64,
+    /// `sendmsg` calls that succeeded.
+    pub tx_calls: u64,
+    /// Datagrams dropped on send (send errors other than backpressure, and
+    /// wrong source port).
+    pub tx_dropped: u64,
+    /// Receive errors: failed `recvmmsg` calls, and datagrams dropped because
+    /// they were larger than `max_payload` or came from a non-IPv4 peer.
+    pub rx_errors: u64,
+    /// GSO sends carrying more than one datagram.
+    pub gso_batches: u64,
+    /// Datagrams dropped because their `local_port` was not this socket's
+    /// port (a programming error; also counted in `tx_dropped`).
+    pub wrong_source_port: u64,
+}
+
+/// Errors from [`KernelUdp::bind`]; each message names the fix.
+#[derive(Debug, thiserror::Error)]
+pub enum KernelUdpError {
+    #[error("invalid KernelUdpConfig: {0}")]
+    Config(String),
+    #[error(
+        "cannot bind UDP {addr}: address already in use; stop the process holding it \
+         (`ss -uanp | grep :{port}`), pick another port, or use port 0 for an ephemeral port",
+        port = addr.port()
+    )]
+    AddrInUse {
+        addr: SocketAddrV4,
+        #[source]
+        source: io::Error,
+    },
+    #[error(
+        "cannot bind UDP {addr}: permission denied; ports below 1024 need root or \
+         CAP_NET_BIND_SERVICE, use a port >= 1024 or port 0"
+    )]
+    PermissionDenied {
+        addr: SocketAddrV4,
+        #[source]
+        source: io::Error,
+    },
+    #[error(
+        "cannot bind UDP {addr}: {ip} is not an address of this host; bind 0.0.0.0 or an \
+         address listed by `ip -4 addr`",
+        ip = addr.ip()
+    )]
+    AddrNotAvailable {
+        addr: SocketAddrV4,
+        #[source]
+        source: io::Error,
+    },
+    #[error("cannot bind UDP {addr}: {source}")]
+    Bind {
+        addr: SocketAddrV4,
+        #[source]
+        source: io::Error,
+    },
+    #[error(
+        "cannot set {option} to {bytes} bytes on UDP socket: {source}; \
+         choose a smaller size or raise net.core.{sysctl}",
+        sysctl = if *option == "SO_RCVBUF" { "rmem_max" } else { "wmem_max" }
+    )]
+    BufferSize {
+        option: &'static str,
+        bytes: usize,
+        #[source]
+        source: io::Error,
+    },
+    #[error(
+        "cannot {what} for UDP socket: {source}; check the process's file descriptor limit \
+         (`ulimit -n`) and that IPv4 UDP is available"
+    )]
+    Socket {
+        what: &'static str,
+        #[source]
+        source: io::Error,
+    },
+}
+
+/// One UDP datagram in a heap buffer of `max_payload` bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KernelDatagram {
+    /// Always `capacity()` bytes long; `len` says how many are payload.
+    buf: Vec<u8>,
+    len: usize,
+    peer: SocketAddrV4,
+    local_port: u16,
+}
+
+impl KernelDatagram {
+    /// An empty datagram with room for `capacity` payload bytes.
+    pub fn new(capacity: usize) -> Self {
+        Self::from_vec(vec![0; capacity])
+    }
+
+    fn from_vec(buf: Vec<u8>) -> Self {
+        Self {
+            buf,
+            len: 0,
+            peer: SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0),
+            local_port: 0,
+        }
+    }
+}
+
+impl Datagram for KernelDatagram {
+    fn payload(&self) -> &[u8] {
+        &self.buf[..self.len]
+    }
+
+    fn payload_mut(&mut self) -> &mut [u8] {
+        &mut self.buf[..self.len]
+    }
+
+    /// Panics if `len > capacity()`.
+    fn set_len(&mut self, len: usize) {
+        assert!(
+            len <= self.buf.len(),
+            "KernelDatagram::set_len({len}) beyond capacity {}",
+            self.buf.len()
+        );
+        self.len = len;
+    }
+
+    fn capacity(&self) -> usize {
+        self.buf.len()
+    }
+
+    fn peer(&self) -> SocketAddrV4 {
+        self.peer
+    }
+
+    fn set_peer(&mut self, peer: SocketAddrV4) {
+        self.peer = peer;
+    }
+
+    fn local_port(&self) -> u16 {
+        self.local_port
+    }
+
+    fn set_local_port(&mut self, port: u16) {
+        self.local_port = port;
+    }
+}
+
+/// [`PacketIo`] over one non-blocking kernel UDP socket.
+pub struct KernelUdp {
+    socket: UdpSocket,
+    state: UdpSocketState,
+    local: SocketAddrV4,
+    max_payload: usize,
+    batch: usize,
+    gso: bool,
+    gro: bool,
+    /// Reusable receive buffers (`batch` of them).
+    rx_bufs: Vec<Vec<u8>>,
+    rx_meta: Vec<RecvMeta>,
+    /// Received datagrams beyond the caller's `max`, delivered next call.
+    pending: VecDeque<KernelDatagram>,
+    /// Buffers (each `max_payload` long) ready for `alloc`.
+    free: Vec<Vec<u8>>,
+    /// Concatenation of the segments of one GSO send.
+    gso_scratch: Vec<u8>,
+    stats: KernelUdpStats,
+    wrong_port_logged: bool,
+}
+
+impl std::fmt::Debug for KernelUdp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KernelUdp")
+            .field("local", &self.local)
+            .field("max_payload", &self.max_payload)
+            .field("batch", &self.batch)
+            .field("gso", &self.gso)
+            .field("gro", &self.gro)
+            .field("stats", &self.stats)
+            .finish_non_exhaustive()
+    }
+}
+
+impl KernelUdp {
+    /// Bind a non-blocking UDP socket to `addr` (port 0: an ephemeral port).
+    pub fn bind(addr: SocketAddrV4, cfg: KernelUdpConfig) -> Result<Self, KernelUdpError> {
+        if cfg.max_payload == 0 || cfg.max_payload > MAX_UDP_PAYLOAD_V4 {
+            return Err(KernelUdpError::Config(format!(
+                "max_payload {} must be in 1..={MAX_UDP_PAYLOAD_V4} (1472 for a 1500-byte MTU)",
+                cfg.max_payload
+            )));
+        }
+        if cfg.batch == 0 {
+            return Err(KernelUdpError::Config(
+                "batch must be at least 1 (32 is a good default)".into(),
+            ));
+        }
+        let batch = cfg.batch.min(BATCH_SIZE);
+
+        let sock = Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP)).map_err(|e| {
+            KernelUdpError::Socket {
+                what: "create",
+                source: e,
+            }
+        })?;
+        if let Some(bytes) = cfg.recv_buffer {
+            sock.set_recv_buffer_size(bytes)
+                .map_err(|e| KernelUdpError::BufferSize {
+                    option: "SO_RCVBUF",
+                    bytes,
+                    source: e,
+                })?;
+        }
+        if let Some(bytes) = cfg.send_buffer {
+            sock.set_send_buffer_size(bytes)
+                .map_err(|e| KernelUdpError::BufferSize {
+                    option: "SO_SNDBUF",
+                    bytes,
+                    source: e,
+                })?;
+        }
+        sock.bind(&SocketAddr::V4(addr).into())
+            .map_err(|e| match e.kind() {
+                io::ErrorKind::AddrInUse => KernelUdpError::AddrInUse { addr, source: e },
+                io::ErrorKind::PermissionDenied => {
+                    KernelUdpError::PermissionDenied { addr, source: e }
+                }
+                io::ErrorKind::AddrNotAvailable => {
+                    KernelUdpError::AddrNotAvailable { addr, source: e }
+                }
+                _ => KernelUdpError::Bind { addr, source: e },
+            })?;
+        let socket: UdpSocket = sock.into();
+
+        // Sets O_NONBLOCK, IP_PKTINFO, IP_RECVTOS, IP_MTU_DISCOVER=PROBE,
+        // UDP_GRO (when supported) and probes UDP_SEGMENT.
+        let state =
+            UdpSocketState::new(UdpSockRef::from(&socket)).map_err(|e| KernelUdpError::Socket {
+                what: "configure (quinn-udp)",
+                source: e,
+            })?;
+
+        let gso = cfg.gso && state.max_gso_segments() > 1;
+        let mut gro = state.gro_segments() > 1;
+        if gro && !cfg.gro {
+            disable_gro(&socket).map_err(|e| KernelUdpError::Socket {
+                what: "turn UDP_GRO off",
+                source: e,
+            })?;
+            gro = false;
+        }
+
+        let local = match socket.local_addr() {
+            Ok(SocketAddr::V4(a)) => a,
+            Ok(SocketAddr::V6(_)) => unreachable!("AF_INET socket has an IPv4 address"),
+            Err(e) => {
+                return Err(KernelUdpError::Socket {
+                    what: "read the bound address",
+                    source: e,
+                })
+            }
+        };
+
+        // One spare byte detects datagrams larger than max_payload (the
+        // kernel truncates silently and quinn-udp's recvmmsg does not report
+        // MSG_TRUNC).
+        let rx_len = if gro {
+            GRO_BUF_LEN.max(cfg.max_payload + 1)
+        } else {
+            cfg.max_payload + 1
+        };
+
+        tracing::info!(
+            local = %local,
+            gso,
+            gso_supported = state.max_gso_segments() > 1,
+            max_gso_segments = state.max_gso_segments(),
+            gro,
+            gro_supported = state.gro_segments() > 1,
+            max_payload = cfg.max_payload,
+            batch,
+            "kernel UDP socket bound"
+        );
+
+        Ok(Self {
+            socket,
+            state,
+            local,
+            max_payload: cfg.max_payload,
+            batch,
+            gso,
+            gro,
+            rx_bufs: (0..batch).map(|_| vec![0; rx_len]).collect(),
+            rx_meta: vec![RecvMeta::default(); batch],
+            pending: VecDeque::new(),
+            free: Vec::new(),
+            gso_scratch: Vec::new(),
+            stats: KernelUdpStats::default(),
+            wrong_port_logged: false,
+        })
+    }
+
+    /// The bound address (with the actual port when bound to port 0).
+    pub fn local_addr(&self) -> SocketAddrV4 {
+        self.local
+    }
+
+    /// Counters since bind.
+    pub fn stats(&self) -> KernelUdpStats {
+        self.stats
+    }
+
+    /// Whether sends use UDP GSO (configured and supported; turned off for
+    /// good if the kernel or driver rejects a GSO send).
+    pub fn gso_enabled(&self) -> bool {
+        self.gso && self.state.max_gso_segments() > 1
+    }
+
+    /// Whether receives use UDP GRO (configured and supported).
+    pub fn gro_enabled(&self) -> bool {
+        self.gro
+    }
+
+    /// Most datagrams one GSO send carries (1 without GSO).
+    pub fn max_gso_segments(&self) -> usize {
+        if self.gso {
+            self.state.max_gso_segments()
+        } else {
+            1
+        }
+    }
+
+    /// Effective `SO_RCVBUF` (what the kernel applied, usually twice what was asked).
+    pub fn recv_buffer_size(&self) -> io::Result<usize> {
+        self.state.recv_buffer_size(UdpSockRef::from(&self.socket))
+    }
+
+    /// Effective `SO_SNDBUF`.
+    pub fn send_buffer_size(&self) -> io::Result<usize> {
+        self.state.send_buffer_size(UdpSockRef::from(&self.socket))
+    }
+
+    /// Give a buffer (e.g. a received datagram the caller is done with) back
+    /// to the free list `alloc` draws from.
+    pub fn recycle(&mut self, d: KernelDatagram) {
+        self.put_free(d.buf);
+    }
+
+    fn put_free(&mut self, buf: Vec<u8>) {
+        if buf.len() == self.max_payload && self.free.len() < FREE_LIST_MAX {
+            self.free.push(buf);
+        }
+    }
+
+    fn take_buf(&mut self) -> Vec<u8> {
+        self.free.pop().unwrap_or_else(|| vec![0; self.max_payload])
+    }
+
+    /// Turn one received chunk into a datagram; `None` (counted) if too big.
+    fn make_rx(
+        &mut self,
+        chunk_len: usize,
+        peer: SocketAddrV4,
+        buf_idx: usize,
+        off: usize,
+    ) -> Option<KernelDatagram> {
+        if chunk_len > self.max_payload {
+            self.stats.rx_errors += 1;
+            return None;
+        }
+        let mut buf = self.take_buf();
+        buf[..chunk_len].copy_from_slice(&self.rx_bufs[buf_idx][off..off + chunk_len]);
+        self.stats.rx_datagrams += 1;
+        self.stats.rx_bytes += chunk_len as u64;
+        Some(KernelDatagram {
+            buf,
+            len: chunk_len,
+            peer,
+            local_port: self.local.port(),
+        })
+    }
+
+    /// Length of the run of datagrams starting at `i` that one send carries.
+    fn run_len(&self, bufs: &[KernelDatagram], i: usize) -> usize {
+        let first = &bufs[i];
+        let seg = first.len;
+        if !self.gso || seg == 0 {
+            return 1;
+        }
+        let max_segs = self
+            .state
+            .max_gso_segments()
+            .min(MAX_UDP_PAYLOAD_V4 / seg)
+            .max(1);
+        let mut j = i + 1;
+        while j < bufs.len() && j - i < max_segs {
+            let d = &bufs[j];
+            if d.peer != first.peer
+                || d.local_port != self.local.port()
+                || d.len == 0
+                || d.len > seg
+            {
+                break;
+            }
+            j += 1;
+            if d.len < seg {
+                break; // a shorter segment ends a GSO batch
+            }
+        }
+        j - i
+    }
+}
+
+#[cfg(any(target_os = "linux", target_os = "android"))]
+fn disable_gro(socket: &UdpSocket) -> io::Result<()> {
+    use nix::sys::socket::{setsockopt, sockopt::UdpGroSegment};
+    setsockopt(socket, UdpGroSegment, &false).map_err(io::Error::from)
+}
+
+#[cfg(not(any(target_os = "linux", target_os = "android")))]
+fn disable_gro(_socket: &UdpSocket) -> io::Result<()> {
+    Ok(())
+}
+
+fn is_backpressure(e: &io::Error) -> bool {
+    e.kind() == io::ErrorKind::WouldBlock || e.raw_os_error() == Some(ENOBUFS)
+}
+
+impl PacketIo for KernelUdp {
+    type Buf = KernelDatagram;
+
+    fn recv_burst(&mut self, out: &mut Vec<KernelDatagram>, max: usize) -> usize {
+        let mut got = 0;
+        while got < max {
+            match self.pending.pop_front() {
+                Some(d) => {
+                    out.push(d);
+                    got += 1;
+                }
+                None => break,
+            }
+        }
+        if got == max {
+            return got;
+        }
+        let nbufs = (max - got).min(self.batch);
+
+        self.stats.rx_calls += 1;
+        let res = {
+            let mut it = self.rx_bufs[..nbufs].iter_mut();
+            let mut slices: [IoSliceMut<'_>; BATCH_SIZE] = std::array::from_fn(|_| {
+                IoSliceMut::new(it.next().map_or(&mut [][..], |b| &mut b[..]))
+            });
+            self.state.recv(
+                UdpSockRef::from(&self.socket),
+                &mut slices[..nbufs],
+                &mut self.rx_meta[..nbufs],
+            )
+        };
+        let msgs = match res {
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return got,
+            Err(e) => {
+                tracing::debug!(local = %self.local, error = %e, "recvmmsg failed");
+                self.stats.rx_errors += 1;
+                return got;
+            }
+        };
+
+        for k in 0..msgs {
+            let meta = self.rx_meta[k];
+            let peer = match meta.addr {
+                SocketAddr::V4(a) => a,
+                SocketAddr::V6(a) => match a.ip().to_ipv4_mapped() {
+                    Some(ip) => SocketAddrV4::new(ip, a.port()),
+                    None => {
+                        self.stats.rx_errors += 1;
+                        continue;
+                    }
+                },
+            };
+            let len = meta.len;
+            let stride = if meta.stride == 0 || meta.stride > len {
+                len
+            } else {
+                meta.stride
+            };
+            let mut off = 0;
+            loop {
+                let chunk = stride.min(len - off);
+                if let Some(d) = self.make_rx(chunk, peer, k, off) {
+                    if got < max {
+                        out.push(d);
+                        got += 1;
+                    } else {
+                        self.pending.push_back(d);
+                    }
+                }
+                off += chunk;
+                if off >= len {
+                    break;
+                }
+            }
+        }
+        got
+    }
+
+    fn alloc(&mut self) -> Option<KernelDatagram> {
+        let mut d = KernelDatagram::from_vec(self.take_buf());
+        d.local_port = self.local.port();
+        Some(d)
+    }
+
+    fn send_burst(&mut self, bufs: &mut Vec<KernelDatagram>) -> usize {
+        let port = self.local.port();
+        let mut i = 0;
+        while i < bufs.len() {
+            if bufs[i].local_port != port {
+                self.stats.wrong_source_port += 1;
+                self.stats.tx_dropped += 1;
+                if !self.wrong_port_logged {
+                    self.wrong_port_logged = true;
+                    tracing::warn!(
+                        socket_port = port,
+                        datagram_port = bufs[i].local_port,
+                        "dropping datagram whose local_port is not this socket's port \
+                         (programming error; logged once, counted in wrong_source_port)"
+                    );
+                }
+                i += 1;
+                continue;
+            }
+
+            let n = self.run_len(bufs, i);
+            let seg = bufs[i].len;
+            let dest = SocketAddr::V4(bufs[i].peer);
+            let (res, bytes) = if n == 1 {
+                let t = Transmit {
+                    destination: dest,
+                    ecn: None,
+                    contents: bufs[i].payload(),
+                    segment_size: None,
+                    src_ip: None,
+                };
+                (self.state.try_send(UdpSockRef::from(&self.socket), &t), seg)
+            } else {
+                self.gso_scratch.clear();
+                for d in &bufs[i..i + n] {
+                    self.gso_scratch.extend_from_slice(d.payload());
+                }
+                let t = Transmit {
+                    destination: dest,
+                    ecn: None,
+                    contents: &self.gso_scratch,
+                    segment_size: Some(seg),
+                    src_ip: None,
+                };
+                let bytes = self.gso_scratch.len();
+                (
+                    self.state.try_send(UdpSockRef::from(&self.socket), &t),
+                    bytes,
+                )
+            };
+
+            match res {
+                Ok(()) => {
+                    self.stats.tx_calls += 1;
+                    self.stats.tx_datagrams += n as u64;
+                    self.stats.tx_bytes += bytes as u64;
+                    if n > 1 {
+                        self.stats.gso_batches += 1;
+                    }
+                    i += n;
+                }
+                Err(e) if is_backpressure(&e) => break,
+                Err(e) if n > 1 && self.state.max_gso_segments() <= 1 => {
+                    // quinn-udp turned GSO off after EIO/EINVAL: resend this
+                    // run one datagram at a time instead of dropping it.
+                    tracing::info!(local = %self.local, error = %e, "UDP GSO rejected; sending without GSO from now on");
+                    self.gso = false;
+                }
+                Err(e) => {
+                    tracing::debug!(local = %self.local, peer = %dest, datagrams = n, error = %e, "sendmsg failed; dropping");
+                    self.stats.tx_dropped += n as u64;
+                    i += n;
+                }
+            }
+        }
+        for d in bufs.drain(..i) {
+            self.put_free(d.buf);
+        }
+        i
+    }
+
+    /// Nothing to do: the kernel runs all timers.
+    fn poll(&mut self, _now: Instant) {}
+
+    /// The bound IP. A socket bound to 0.0.0.0 returns 0.0.0.0: the kernel
+    /// picks the source address per destination by routing.
+    fn local_ip(&self) -> Ipv4Addr {
+        *self.local.ip()
+    }
+
+    fn max_payload(&self) -> usize {
+        self.max_payload
+    }
+}

@@ -1,0 +1,409 @@
+//! The lcore runtime: one poll loop per lcore, each owning one rx source
+//! and one tx queue, nothing shared on the fast path. Flows are spread by
+//! the NIC's RSS where the PMD has it, else by software steering from the
+//! lcore that owns the only rx queue (said in the log).
+
+pub mod idle;
+pub mod services;
+
+use std::net::Ipv4Addr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use dpdk_ffi::{lcore, Eal, Mempool, Port, PortConfig, PortStats, Ring};
+
+use crate::counters::{Counters, DropReason, SharedCounters};
+use crate::host::{Host, HostConfig, NeighbourConfig, NeighbourTable};
+use crate::io::dpdk::{DpdkIo, RxSource, Steering, UdpMbuf, RX_BURST};
+use crate::io::PacketIo;
+use crate::rss::{QueueMap, DEFAULT_KEY, SYMMETRIC_KEY};
+use crate::wire::EthernetAddress;
+
+pub use idle::{Backoff, IdlePolicy};
+pub use services::{Echo, Services, UdpHandler};
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(transparent)]
+    Dpdk(#[from] dpdk_ffi::Error),
+    #[error("{0}")]
+    Config(String),
+}
+
+pub type Result<T> = std::result::Result<T, Error>;
+
+/// How flows reach the lcores.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SteeringMode {
+    /// RSS when the PMD has it, else software steering.
+    #[default]
+    Auto,
+    /// The NIC spreads flows over one rx queue per lcore.
+    Rss,
+    /// One rx queue; its lcore hashes each flow and hands it over a ring.
+    Software,
+}
+
+impl std::str::FromStr for SteeringMode {
+    type Err = String;
+
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "auto" => Ok(SteeringMode::Auto),
+            "rss" => Ok(SteeringMode::Rss),
+            "software" | "sw" => Ok(SteeringMode::Software),
+            other => Err(format!(
+                "unknown steering '{other}': use auto, rss or software"
+            )),
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct RuntimeConfig {
+    /// A vdev spec or PCI address (see `dpdk_ffi::Port::open`).
+    pub device: String,
+    pub ip: Ipv4Addr,
+    pub prefix_len: u8,
+    pub gateway: Option<Ipv4Addr>,
+    /// Our MAC; the port's own when None.
+    pub mac: Option<EthernetAddress>,
+    pub vlan: Option<u16>,
+    pub static_neighbours: Vec<(Ipv4Addr, EthernetAddress)>,
+    pub neighbour: NeighbourConfig,
+    pub steering: SteeringMode,
+    /// Use a symmetric RSS key, so both directions of a flow hash alike.
+    pub symmetric_rss: bool,
+    pub idle: IdlePolicy,
+    pub mbufs: u32,
+    pub mtu: Option<u16>,
+    pub checksum_offload: bool,
+}
+
+impl RuntimeConfig {
+    pub fn new(device: &str, ip: Ipv4Addr, prefix_len: u8) -> RuntimeConfig {
+        RuntimeConfig {
+            device: device.to_owned(),
+            ip,
+            prefix_len,
+            gateway: None,
+            mac: None,
+            vlan: None,
+            static_neighbours: Vec::new(),
+            neighbour: NeighbourConfig::default(),
+            steering: SteeringMode::Auto,
+            symmetric_rss: false,
+            idle: IdlePolicy::Adaptive,
+            mbufs: 8191,
+            mtu: None,
+            checksum_offload: true,
+        }
+    }
+}
+
+/// One lcore's loop, ready to run.
+pub struct Worker {
+    pub index: usize,
+    pub lcore: u32,
+    pub io: DpdkIo,
+    pub counters: Arc<SharedCounters>,
+}
+
+/// What a finished run leaves behind.
+#[derive(Debug, Clone)]
+pub struct RunReport {
+    pub per_lcore: Vec<Counters>,
+    pub total: Counters,
+    pub port: PortStats,
+    /// Mbufs of our pool still out after the port closed (0: no leak).
+    pub mbufs_in_use_after_close: u32,
+}
+
+pub struct Runtime {
+    port: Port,
+    pool: Mempool,
+    eal: Eal,
+    host: Arc<HostConfig>,
+    workers: Vec<Worker>,
+    mode: SteeringMode,
+    queue_map: QueueMap,
+    rss_key: Vec<u8>,
+    idle: IdlePolicy,
+}
+
+impl Runtime {
+    /// Open the port and build one worker per EAL lcore (main first).
+    pub fn start(eal: &Eal, cfg: &RuntimeConfig) -> Result<Runtime> {
+        let lcores: Vec<u32> = std::iter::once(eal.main_lcore())
+            .chain(eal.worker_lcores())
+            .collect();
+        let n = lcores.len() as u16;
+        let pool = Mempool::new(
+            eal,
+            &format!("stack_{}", std::process::id()),
+            cfg.mbufs,
+            256,
+            dpdk_ffi::DEFAULT_DATA_ROOM,
+            None,
+        )?;
+        let rss_key = if cfg.symmetric_rss {
+            SYMMETRIC_KEY.to_vec()
+        } else {
+            DEFAULT_KEY.to_vec()
+        };
+        let port_cfg = |rx_queues| PortConfig {
+            rx_queues,
+            tx_queues: n,
+            rss: true,
+            rss_key: (cfg.symmetric_rss && rx_queues > 1).then(|| rss_key.clone()),
+            checksum_offload: cfg.checksum_offload,
+            mtu: cfg.mtu,
+            ..PortConfig::default()
+        };
+        let (port, mode) = match (cfg.steering, n) {
+            (_, 1) => (Port::open(eal, &cfg.device, &port_cfg(1), &pool)?, SteeringMode::Rss),
+            (SteeringMode::Software, _) => (
+                Port::open(eal, &cfg.device, &port_cfg(1), &pool)?,
+                SteeringMode::Software,
+            ),
+            (wanted, _) => {
+                let port = Port::open(eal, &cfg.device, &port_cfg(n), &pool)?;
+                if port.features().rss_hf != 0 {
+                    (port, SteeringMode::Rss)
+                } else if wanted == SteeringMode::Rss {
+                    return Err(Error::Config(format!(
+                        "port {} ({}) has no IPv4/UDP RSS; use --steering software or auto",
+                        port.name(),
+                        port.info().driver
+                    )));
+                } else {
+                    tracing::warn!(
+                        port = %port.name(),
+                        driver = %port.info().driver,
+                        "PMD has no RSS: lcore {} receives everything and steers flows to the others in software",
+                        lcores[0]
+                    );
+                    drop(port);
+                    (
+                        Port::open(eal, &cfg.device, &port_cfg(1), &pool)?,
+                        SteeringMode::Software,
+                    )
+                }
+            }
+        };
+        let mac = cfg.mac.unwrap_or(EthernetAddress(port.mac()));
+        let mut host = HostConfig::new(mac, cfg.ip, cfg.prefix_len);
+        host.gateway = cfg.gateway;
+        host.vlan = cfg.vlan;
+        host.static_neighbours = cfg.static_neighbours.clone();
+        host.neighbour = cfg.neighbour;
+        host.validate().map_err(Error::Config)?;
+        let host = Arc::new(host);
+        let table = NeighbourTable::new();
+        let features = port.features();
+
+        // Software steering: one ring per lcore other than the first.
+        let mut producers = Vec::new();
+        let mut consumers = Vec::new();
+        if mode == SteeringMode::Software {
+            for i in 0..lcores.len() {
+                if i == 0 {
+                    producers.push(None);
+                    consumers.push(None);
+                    continue;
+                }
+                let (p, c) = Ring::spsc(eal, &format!("steer_{}_{i}", port.id()), 4096)?;
+                producers.push(Some(p));
+                consumers.push(Some(c));
+            }
+        }
+        let mut workers = Vec::new();
+        for (i, &lc) in lcores.iter().enumerate() {
+            let q = i as u16;
+            let (rx, steering) = match mode {
+                SteeringMode::Software if i == 0 => (
+                    RxSource::Queue(port.rx_queue(0)?),
+                    Some(Steering::new(
+                        rss_key.clone(),
+                        0,
+                        std::mem::take(&mut producers),
+                    )),
+                ),
+                SteeringMode::Software => (RxSource::Ring(consumers[i].take().unwrap()), None),
+                _ => (RxSource::Queue(port.rx_queue(q)?), None),
+            };
+            let io = DpdkIo::new(
+                rx,
+                port.tx_queue(q)?,
+                pool.clone(),
+                Host::new(host.clone(), table.clone()),
+                &features,
+                steering,
+            );
+            workers.push(Worker {
+                index: i,
+                lcore: lc,
+                io,
+                counters: Arc::new(SharedCounters::default()),
+            });
+        }
+        let queue_map = QueueMap {
+            queues: n,
+            reta_size: if mode == SteeringMode::Rss {
+                port.info().reta_size
+            } else {
+                0
+            },
+        };
+        tracing::info!(
+            port = %port.name(), %mac, ip = %cfg.ip, lcores = ?lcores, ?mode,
+            mtu = features.mtu, "stack up"
+        );
+        Ok(Runtime {
+            port,
+            pool,
+            eal: eal.clone(),
+            host,
+            workers,
+            mode,
+            queue_map,
+            rss_key,
+            idle: cfg.idle,
+        })
+    }
+
+    pub fn port(&self) -> &Port {
+        &self.port
+    }
+
+    pub fn pool(&self) -> &Mempool {
+        &self.pool
+    }
+
+    pub fn host(&self) -> &HostConfig {
+        &self.host
+    }
+
+    pub fn steering(&self) -> SteeringMode {
+        self.mode
+    }
+
+    /// How flow hashes map to lcores, and the key they are computed with.
+    pub fn queue_map(&self) -> (QueueMap, &[u8]) {
+        (self.queue_map, &self.rss_key)
+    }
+
+    pub fn lcores(&self) -> Vec<u32> {
+        self.workers.iter().map(|w| w.lcore).collect()
+    }
+
+    /// Live counters of each lcore, readable while `run` runs.
+    pub fn counters(&self) -> Vec<Arc<SharedCounters>> {
+        self.workers.iter().map(|w| w.counters.clone()).collect()
+    }
+
+    /// Run every lcore's loop until `stop` is set, then drain, close the
+    /// port and report. `services(i)` builds lcore i's UDP handlers.
+    pub fn run<F>(self, stop: Arc<AtomicBool>, services: F) -> Result<RunReport>
+    where
+        F: Fn(usize) -> Services<UdpMbuf>,
+    {
+        let Runtime {
+            port,
+            pool,
+            eal,
+            workers,
+            idle,
+            ..
+        } = self;
+        let mut joins = Vec::new();
+        let mut first = None;
+        for mut w in workers {
+            let svc = services(w.index);
+            if w.index == 0 {
+                w.io.announce();
+                first = Some((w, svc));
+                continue;
+            }
+            let stop = stop.clone();
+            let lc = w.lcore;
+            joins.push(lcore::launch(&eal, lc, move || {
+                poll_loop(&mut w, svc, &stop, idle);
+                w.io.counters().clone()
+            })?);
+        }
+        let (mut w0, svc0) = first.expect("at least the main lcore");
+        poll_loop(&mut w0, svc0, &stop, idle);
+        let mut per_lcore = vec![w0.io.counters().clone()];
+        for j in joins {
+            per_lcore.push(j.join()?);
+        }
+        let mut total = Counters::default();
+        for c in &per_lcore {
+            total.add(c);
+        }
+        let port_stats = port.stats().unwrap_or_default();
+        drop(w0);
+        drop(port);
+        let in_use = pool.in_use();
+        Ok(RunReport {
+            per_lcore,
+            total,
+            port: port_stats,
+            mbufs_in_use_after_close: in_use,
+        })
+    }
+}
+
+/// Received datagrams and replies are held this many at most; beyond,
+/// replies are dropped (counted) rather than buffered without bound.
+const MAX_PENDING_TX: usize = 4 * RX_BURST;
+
+/// One lcore: rx burst, hand datagrams to services, tx burst, timers.
+pub fn poll_loop(
+    w: &mut Worker,
+    mut services: Services<UdpMbuf>,
+    stop: &AtomicBool,
+    idle: IdlePolicy,
+) {
+    let mut rx: Vec<UdpMbuf> = Vec::with_capacity(RX_BURST);
+    let mut tx: Vec<UdpMbuf> = Vec::with_capacity(MAX_PENDING_TX);
+    let mut backoff = Backoff::new(idle);
+    let mut loops: u64 = 0;
+    while !stop.load(Ordering::Relaxed) {
+        let got = w.io.recv_burst(&mut rx, RX_BURST);
+        for d in rx.drain(..) {
+            if let Err(d) = services.dispatch(d, &mut tx) {
+                w.io.discard(d, DropReason::NoListener);
+            }
+        }
+        if tx.len() > MAX_PENDING_TX {
+            for d in tx.drain(MAX_PENDING_TX..) {
+                w.io.discard(d, DropReason::TxFull);
+            }
+        }
+        let sent = if tx.is_empty() {
+            0
+        } else {
+            w.io.send_burst(&mut tx)
+        };
+        loops += 1;
+        // Timers and counters need not run every iteration at full rate.
+        if got == 0 || loops % 64 == 0 {
+            w.io.poll(Instant::now());
+            w.counters.publish(w.io.counters());
+        }
+        backoff.after_poll(got + sent);
+    }
+    // Drain: give what is still queued a moment to leave, then count it.
+    let deadline = Instant::now() + Duration::from_millis(100);
+    while !tx.is_empty() && Instant::now() < deadline {
+        w.io.send_burst(&mut tx);
+    }
+    for d in tx.drain(..) {
+        w.io.discard(d, DropReason::TxFull);
+    }
+    w.io.poll(Instant::now());
+    w.counters.publish(w.io.counters());
+}

@@ -1,0 +1,109 @@
+//! ainftp-dp's command line. Every option can also come from a TOML file
+//! (`--config`); flags given on the command line win.
+
+use std::path::PathBuf;
+
+use clap::Parser;
+
+/// The ainftp data-plane appliance: owns a DPDK port, answers ARP and ping
+/// on its address, runs UDP services, prints per-lcore statistics, and
+/// exits cleanly on SIGINT/SIGTERM.
+///
+/// Without --pci or --vdev it creates a TAP device (net_tap, kernel side
+/// named by --tap-iface) so it runs on any Linux machine as root.
+#[derive(Debug, Parser, Default)]
+#[command(
+    name = "ainftp-dp",
+    version,
+    after_help = "Examples:\n  \
+ainftp-dp --ip 10.0.0.2/24 --udp-echo 7        # TAP device dtap0; then: ip addr add 10.0.0.1/24 dev dtap0; ip link set dtap0 up; ping 10.0.0.2\n  \
+ainftp-dp --lcores 2-7 --pci 0000:3b:00.0 --ip 10.0.0.2/24 --gateway 10.0.0.1\n  \
+ainftp-dp --vdev net_af_xdp0,iface=veth1 --ip 10.9.0.2/24 --udp-echo 9000 --stats-period 5\n  \
+ainftp-dp --config node.toml --duration 60"
+)]
+pub struct DpArgs {
+    /// TOML file with any of these options (keys as the long flags, with
+    /// underscores: ip = "10.0.0.2/24", udp_echo = [7], lcores = "2-7").
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+
+    /// CPUs to run on, one poll loop each, e.g. 2-7 or 0,2 [default: the first two online CPUs].
+    #[arg(long, value_name = "LIST")]
+    pub lcores: Option<String>,
+
+    /// PCI device to drive, e.g. 0000:3b:00.0 (bound to vfio-pci).
+    #[arg(long, value_name = "BDF", conflicts_with = "vdev")]
+    pub pci: Option<String>,
+
+    /// Virtual device to create, e.g. net_af_xdp0,iface=veth1 or net_tap0,iface=dtap0.
+    #[arg(long, value_name = "SPEC")]
+    pub vdev: Option<String>,
+
+    /// Kernel-side name of the TAP device used when no --pci/--vdev is given [default: dtap0].
+    #[arg(long, value_name = "NAME")]
+    pub tap_iface: Option<String>,
+
+    /// Our IPv4 address and prefix, e.g. 10.0.0.2/24.
+    #[arg(long, value_name = "ADDR/LEN")]
+    pub ip: Option<String>,
+
+    /// Default gateway for destinations outside the subnet.
+    #[arg(long, value_name = "ADDR")]
+    pub gateway: Option<String>,
+
+    /// Our MAC address [default: the port's].
+    #[arg(long, value_name = "MAC")]
+    pub mac: Option<String>,
+
+    /// 802.1Q VLAN id to tag with and accept (1-4094).
+    #[arg(long, value_name = "ID")]
+    pub vlan: Option<u16>,
+
+    /// Static neighbour, IP=MAC (repeatable): never resolved by ARP.
+    #[arg(long = "neighbour", value_name = "IP=MAC")]
+    pub neighbours: Vec<String>,
+
+    /// Run a UDP echo service on this port (repeatable).
+    #[arg(long = "udp-echo", value_name = "PORT")]
+    pub udp_echo: Vec<u16>,
+
+    /// How flows reach the lcores: auto (RSS if the PMD has it, else software), rss, software.
+    #[arg(long, value_name = "MODE")]
+    pub steering: Option<String>,
+
+    /// Use a symmetric RSS key (both directions of a flow on one lcore).
+    #[arg(long)]
+    pub symmetric_rss: bool,
+
+    /// Idle policy of the poll loops: busy (isolated cores) or adaptive [default: adaptive].
+    #[arg(long, value_name = "POLICY")]
+    pub idle: Option<String>,
+
+    /// Port MTU [default: the PMD's].
+    #[arg(long)]
+    pub mtu: Option<u16>,
+
+    /// Mbufs in the packet pool [default: 8191].
+    #[arg(long)]
+    pub mbufs: Option<u32>,
+
+    /// Do not use the NIC's checksum offloads (compute in software).
+    #[arg(long)]
+    pub no_checksum_offload: bool,
+
+    /// Seconds between statistics lines; 0: only the final summary [default: 1].
+    #[arg(long, value_name = "SECS")]
+    pub stats_period: Option<f64>,
+
+    /// Stop after this many seconds; 0: run until SIGINT/SIGTERM [default: 0].
+    #[arg(long, value_name = "SECS")]
+    pub duration: Option<f64>,
+
+    /// Print the final summary as one JSON line on stdout.
+    #[arg(long)]
+    pub json: bool,
+
+    /// Extra EAL arguments, after `--`.
+    #[arg(last = true, value_name = "EAL_ARGS")]
+    pub eal: Vec<String>,
+}

@@ -1,0 +1,270 @@
+//! Turning flags and the optional TOML file into a checked plan. Every
+//! error names the option and what a good value looks like.
+
+use std::net::Ipv4Addr;
+use std::path::Path;
+use std::time::Duration;
+
+use serde::Deserialize;
+use stack::runtime::{IdlePolicy, RuntimeConfig, SteeringMode};
+use stack::wire::EthernetAddress;
+
+use super::args::DpArgs;
+use crate::cpulist;
+use crate::error::{Error, Result};
+
+/// The TOML file: the same options as the flags.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileConfig {
+    pub lcores: Option<String>,
+    pub pci: Option<String>,
+    pub vdev: Option<String>,
+    pub tap_iface: Option<String>,
+    pub ip: Option<String>,
+    pub gateway: Option<String>,
+    pub mac: Option<String>,
+    pub vlan: Option<u16>,
+    #[serde(default)]
+    pub neighbours: Vec<String>,
+    #[serde(default)]
+    pub udp_echo: Vec<u16>,
+    pub steering: Option<String>,
+    pub symmetric_rss: Option<bool>,
+    pub idle: Option<String>,
+    pub mtu: Option<u16>,
+    pub mbufs: Option<u32>,
+    pub checksum_offload: Option<bool>,
+    pub stats_period: Option<f64>,
+    pub duration: Option<f64>,
+    #[serde(default)]
+    pub eal: Vec<String>,
+}
+
+impl FileConfig {
+    pub fn load(path: &Path) -> Result<FileConfig> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| Error::Io(format!("reading config {}", path.display()), e))?;
+        toml::from_str(&text)
+            .map_err(|e| Error::Usage(format!("config {}: {}", path.display(), e.message())))
+    }
+}
+
+/// Everything ainftp-dp needs to start.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    pub lcores: Vec<u32>,
+    pub pci: Vec<String>,
+    pub runtime: RuntimeConfig,
+    pub udp_echo: Vec<u16>,
+    pub stats_period: Option<Duration>,
+    pub duration: Option<Duration>,
+    pub eal: Vec<String>,
+}
+
+pub fn plan(args: &DpArgs) -> Result<Plan> {
+    let file = match &args.config {
+        Some(p) => FileConfig::load(p)?,
+        None => FileConfig::default(),
+    };
+    let lcores = match args.lcores.as_ref().or(file.lcores.as_ref()) {
+        Some(list) => cpulist::parse(list)
+            .map_err(|e| Error::Usage(format!("--lcores {list:?}: {e}")))?,
+        None => crate::eal_setup::default_lcores()?,
+    };
+    let pci = args.pci.clone().or(file.pci.clone());
+    let vdev = args.vdev.clone().or(file.vdev.clone());
+    if pci.is_some() && vdev.is_some() {
+        return Err(Error::Usage(
+            "give either --pci or --vdev, not both (one port per ainftp-dp)".into(),
+        ));
+    }
+    let tap = args
+        .tap_iface
+        .clone()
+        .or(file.tap_iface.clone())
+        .unwrap_or_else(|| "dtap0".into());
+    let device = match (&pci, &vdev) {
+        (Some(p), _) => p.clone(),
+        (_, Some(v)) => v.clone(),
+        _ => format!("net_tap0,iface={tap}"),
+    };
+    let ip_text = args.ip.as_ref().or(file.ip.as_ref()).ok_or_else(|| {
+        Error::Usage("--ip is required: our address and prefix, e.g. --ip 10.0.0.2/24".into())
+    })?;
+    let (ip, prefix_len) = parse_cidr(ip_text)?;
+    let mut rt = RuntimeConfig::new(&device, ip, prefix_len);
+    rt.gateway = args
+        .gateway
+        .as_ref()
+        .or(file.gateway.as_ref())
+        .map(|g| parse_ip("--gateway", g))
+        .transpose()?;
+    rt.mac = args
+        .mac
+        .as_ref()
+        .or(file.mac.as_ref())
+        .map(|m| parse_mac("--mac", m))
+        .transpose()?;
+    rt.vlan = args.vlan.or(file.vlan);
+    let neighbours = if args.neighbours.is_empty() {
+        &file.neighbours
+    } else {
+        &args.neighbours
+    };
+    rt.static_neighbours = neighbours
+        .iter()
+        .map(|n| parse_neighbour(n))
+        .collect::<Result<_>>()?;
+    if let Some(s) = args.steering.as_ref().or(file.steering.as_ref()) {
+        rt.steering = s
+            .parse::<SteeringMode>()
+            .map_err(|e| Error::Usage(format!("--steering: {e}")))?;
+    }
+    rt.symmetric_rss = args.symmetric_rss || file.symmetric_rss.unwrap_or(false);
+    if let Some(s) = args.idle.as_ref().or(file.idle.as_ref()) {
+        rt.idle = s
+            .parse::<IdlePolicy>()
+            .map_err(|e| Error::Usage(format!("--idle: {e}")))?;
+    }
+    rt.mtu = args.mtu.or(file.mtu);
+    if let Some(n) = args.mbufs.or(file.mbufs) {
+        if n < 1024 {
+            return Err(Error::Usage(format!(
+                "--mbufs {n} is too few; at least 1024 (rx rings alone take 1024 per queue on many PMDs)"
+            )));
+        }
+        rt.mbufs = n;
+    }
+    rt.checksum_offload = !args.no_checksum_offload && file.checksum_offload.unwrap_or(true);
+    let udp_echo = if args.udp_echo.is_empty() {
+        file.udp_echo.clone()
+    } else {
+        args.udp_echo.clone()
+    };
+    if udp_echo.contains(&0) {
+        return Err(Error::Usage("--udp-echo 0 is not a port; use 1-65535".into()));
+    }
+    let stats_period = seconds(
+        "--stats-period",
+        args.stats_period.or(file.stats_period).unwrap_or(1.0),
+    )?;
+    let duration = seconds("--duration", args.duration.or(file.duration).unwrap_or(0.0))?;
+    let mut eal = file.eal.clone();
+    eal.extend(args.eal.iter().cloned());
+    Ok(Plan {
+        lcores,
+        pci: pci.into_iter().collect(),
+        runtime: rt,
+        udp_echo,
+        stats_period,
+        duration,
+        eal,
+    })
+}
+
+fn seconds(flag: &str, s: f64) -> Result<Option<Duration>> {
+    if !s.is_finite() || s < 0.0 {
+        return Err(Error::Usage(format!(
+            "{flag} {s} must be a number of seconds >= 0"
+        )));
+    }
+    Ok((s > 0.0).then(|| Duration::from_secs_f64(s)))
+}
+
+pub fn parse_cidr(s: &str) -> Result<(Ipv4Addr, u8)> {
+    let bad = || {
+        Error::Usage(format!(
+            "--ip {s:?}: expected an IPv4 address with a prefix length, e.g. 10.0.0.2/24"
+        ))
+    };
+    let (addr, len) = s.split_once('/').ok_or_else(bad)?;
+    let ip: Ipv4Addr = addr.parse().map_err(|_| bad())?;
+    let len: u8 = len.parse().map_err(|_| bad())?;
+    if len > 32 {
+        return Err(bad());
+    }
+    Ok((ip, len))
+}
+
+fn parse_ip(flag: &str, s: &str) -> Result<Ipv4Addr> {
+    s.parse()
+        .map_err(|_| Error::Usage(format!("{flag} {s:?}: expected an IPv4 address like 10.0.0.1")))
+}
+
+fn parse_mac(flag: &str, s: &str) -> Result<EthernetAddress> {
+    s.parse().map_err(|_| {
+        Error::Usage(format!(
+            "{flag} {s:?}: expected a MAC address like 02:00:00:00:00:01"
+        ))
+    })
+}
+
+fn parse_neighbour(s: &str) -> Result<(Ipv4Addr, EthernetAddress)> {
+    let (ip, mac) = s.split_once('=').ok_or_else(|| {
+        Error::Usage(format!(
+            "--neighbour {s:?}: expected IP=MAC, e.g. 10.0.0.1=02:00:00:00:00:01"
+        ))
+    })?;
+    Ok((parse_ip("--neighbour", ip)?, parse_mac("--neighbour", mac)?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    fn args(list: &[&str]) -> DpArgs {
+        DpArgs::parse_from(std::iter::once("ainftp-dp").chain(list.iter().copied()))
+    }
+
+    #[test]
+    fn defaults_to_a_tap_device_and_one_second_stats() {
+        let p = plan(&args(&["--ip", "10.0.0.2/24", "--lcores", "0"])).unwrap();
+        assert_eq!(p.runtime.device, "net_tap0,iface=dtap0");
+        assert_eq!(p.runtime.ip, Ipv4Addr::new(10, 0, 0, 2));
+        assert_eq!(p.runtime.prefix_len, 24);
+        assert_eq!(p.stats_period, Some(Duration::from_secs(1)));
+        assert_eq!(p.duration, None);
+        assert_eq!(p.lcores, vec![0]);
+    }
+
+    #[test]
+    fn flags_override_the_file() {
+        let dir = std::env::temp_dir().join(format!("dp-config-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("node.toml");
+        std::fs::write(
+            &file,
+            "ip = \"10.1.0.2/16\"\nudp_echo = [7, 9]\nlcores = \"0\"\nvdev = \"net_null0\"\nneighbours = [\"10.1.0.1=02:00:00:00:00:01\"]\n",
+        )
+        .unwrap();
+        let p = plan(&args(&["--config", file.to_str().unwrap(), "--udp-echo", "5"])).unwrap();
+        assert_eq!(p.runtime.ip, Ipv4Addr::new(10, 1, 0, 2));
+        assert_eq!(p.runtime.device, "net_null0");
+        assert_eq!(p.udp_echo, vec![5]);
+        assert_eq!(p.runtime.static_neighbours.len(), 1);
+        std::fs::write(&file, "ip = \"10.1.0.2/16\"\nbogus = 1\n").unwrap();
+        let e = plan(&args(&["--config", file.to_str().unwrap()])).unwrap_err();
+        assert!(e.to_string().contains("bogus"), "{e}");
+    }
+
+    #[test]
+    fn bad_values_are_named() {
+        for (flags, needle) in [
+            (vec!["--lcores", "0"], "--ip is required"),
+            (vec!["--ip", "10.0.0.2", "--lcores", "0"], "prefix length"),
+            (vec!["--ip", "10.0.0.2/33", "--lcores", "0"], "prefix length"),
+            (vec!["--ip", "10.0.0.2/24", "--lcores", "0", "--gateway", "x"], "--gateway"),
+            (vec!["--ip", "10.0.0.2/24", "--lcores", "0", "--mac", "zz"], "--mac"),
+            (vec!["--ip", "10.0.0.2/24", "--lcores", "0", "--neighbour", "1.2.3.4"], "IP=MAC"),
+            (vec!["--ip", "10.0.0.2/24", "--lcores", "0", "--steering", "magic"], "--steering"),
+            (vec!["--ip", "10.0.0.2/24", "--lcores", "0", "--idle", "lazy"], "--idle"),
+            (vec!["--ip", "10.0.0.2/24", "--lcores", "0", "--udp-echo", "0"], "--udp-echo"),
+            (vec!["--ip", "10.0.0.2/24", "--lcores", "0", "--duration", "-1"], "--duration"),
+        ] {
+            let e = plan(&args(&flags)).unwrap_err().to_string();
+            assert!(e.contains(needle), "{flags:?}: {e}");
+        }
+    }
+}

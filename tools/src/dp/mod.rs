@@ -1,0 +1,74 @@
+//! ainftp-dp: bring a port up as an IPv4 host on the stack's lcore runtime,
+//! run the configured UDP services, print statistics, stop on a signal.
+
+pub mod args;
+pub mod config;
+mod report;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use stack::runtime::{Echo, Runtime, Services};
+
+use crate::eal_setup::{self, EalOptions};
+use crate::error::{Error, Result};
+pub use report::Summary;
+
+pub fn run(args: &args::DpArgs) -> Result<Summary> {
+    let plan = config::plan(args)?;
+    let eal = eal_setup::init(&EalOptions {
+        lcores: &plan.lcores,
+        pci: &plan.pci,
+        extra: &plan.eal,
+    })?;
+    let runtime = Runtime::start(&eal, &plan.runtime).map_err(|e| match e {
+        stack::runtime::Error::Dpdk(d) => Error::Dpdk(d),
+        stack::runtime::Error::Config(c) => Error::Usage(c),
+    })?;
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(sig, stop.clone())
+            .map_err(|e| Error::Io("installing the signal handler".into(), e))?;
+    }
+    let port = runtime.port().clone();
+    let host = runtime.host().clone();
+    let lcores = runtime.lcores();
+    eprintln!(
+        "ainftp-dp: port {} ({}) mac {} ip {}/{} lcores {:?} steering {:?} mtu {}; udp echo on {:?}",
+        port.name(),
+        port.info().driver,
+        host.mac,
+        host.ip,
+        host.prefix_len,
+        lcores,
+        runtime.steering(),
+        port.features().mtu,
+        plan.udp_echo
+    );
+    let counters = runtime.counters();
+    let watcher = {
+        let stop = stop.clone();
+        let (period, duration) = (plan.stats_period, plan.duration);
+        let lcores = lcores.clone();
+        std::thread::spawn(move || report::watch(&stop, &counters, &lcores, period, duration))
+    };
+    let echo_ports = plan.udp_echo.clone();
+    let started = Instant::now();
+    let result = runtime.run(stop.clone(), |_| {
+        let mut s = Services::new();
+        for &p in &echo_ports {
+            s.listen(p, Box::new(Echo));
+        }
+        s
+    });
+    stop.store(true, Ordering::Relaxed);
+    let _ = watcher.join();
+    let run = result.map_err(|e| match e {
+        stack::runtime::Error::Dpdk(d) => Error::Dpdk(d),
+        stack::runtime::Error::Config(c) => Error::Usage(c),
+    })?;
+    let summary = Summary::new(&run, &lcores, started.elapsed().max(Duration::from_millis(1)));
+    summary.print();
+    Ok(summary)
+}

@@ -1,0 +1,145 @@
+//! ainftp-dp's statistics: a line per lcore each period, and the summary.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use stack::counters::{Counters, SharedCounters};
+use stack::runtime::RunReport;
+
+/// Print per-lcore rates every `period` until `stop` (or `duration` ends,
+/// which sets `stop`).
+pub fn watch(
+    stop: &AtomicBool,
+    counters: &[Arc<SharedCounters>],
+    lcores: &[u32],
+    period: Option<Duration>,
+    duration: Option<Duration>,
+) {
+    let start = Instant::now();
+    let mut last: Vec<Counters> = counters.iter().map(|c| c.snapshot()).collect();
+    let mut last_at = start;
+    let mut next_print = period.map(|p| start + p);
+    while !stop.load(Ordering::Relaxed) {
+        std::thread::sleep(Duration::from_millis(20));
+        let now = Instant::now();
+        if duration.is_some_and(|d| now - start >= d) {
+            stop.store(true, Ordering::Relaxed);
+            break;
+        }
+        if let (Some(at), Some(p)) = (next_print, period) {
+            if now >= at {
+                let secs = (now - last_at).as_secs_f64();
+                for (i, c) in counters.iter().enumerate() {
+                    let cur = c.snapshot();
+                    eprintln!("{}", rate_line(lcores[i], &cur, &last[i], secs));
+                    last[i] = cur;
+                }
+                last_at = now;
+                next_print = Some(at + p);
+            }
+        }
+    }
+}
+
+fn rate_line(lcore: u32, cur: &Counters, prev: &Counters, secs: f64) -> String {
+    let pps = |a: u64, b: u64| (a.saturating_sub(b)) as f64 / secs;
+    let drops: Vec<String> = cur
+        .drop_list()
+        .into_iter()
+        .map(|(n, v)| format!("{n}={v}"))
+        .collect();
+    format!(
+        "lcore {lcore:>3}: rx-pps {:>11.0}  tx-pps {:>11.0}  rx {:>12}  tx {:>12}  drops [{}]",
+        pps(cur.rx_packets, prev.rx_packets),
+        pps(cur.tx_packets, prev.tx_packets),
+        cur.rx_packets,
+        cur.tx_packets,
+        drops.join(" ")
+    )
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct LcoreSummary {
+    pub lcore: u32,
+    pub rx_packets: u64,
+    pub tx_packets: u64,
+    pub rx_bursts: u64,
+    pub tx_bursts: u64,
+    pub udp_in: u64,
+    pub udp_out: u64,
+    pub steered: u64,
+    pub arp_replies: u64,
+    pub icmp_echo_replies: u64,
+    pub drops: std::collections::BTreeMap<String, u64>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Summary {
+    pub seconds: f64,
+    pub rx_packets: u64,
+    pub tx_packets: u64,
+    pub rx_pps: f64,
+    pub tx_pps: f64,
+    pub port_rx_packets: u64,
+    pub port_tx_packets: u64,
+    pub port_rx_missed: u64,
+    pub mbufs_in_use_after_close: u32,
+    pub lcores: Vec<LcoreSummary>,
+}
+
+impl Summary {
+    pub fn new(run: &RunReport, lcores: &[u32], elapsed: Duration) -> Summary {
+        let secs = elapsed.as_secs_f64();
+        Summary {
+            seconds: secs,
+            rx_packets: run.total.rx_packets,
+            tx_packets: run.total.tx_packets,
+            rx_pps: run.total.rx_packets as f64 / secs,
+            tx_pps: run.total.tx_packets as f64 / secs,
+            port_rx_packets: run.port.rx_packets,
+            port_tx_packets: run.port.tx_packets,
+            port_rx_missed: run.port.rx_missed,
+            mbufs_in_use_after_close: run.mbufs_in_use_after_close,
+            lcores: run
+                .per_lcore
+                .iter()
+                .zip(lcores)
+                .map(|(c, &lcore)| LcoreSummary {
+                    lcore,
+                    rx_packets: c.rx_packets,
+                    tx_packets: c.tx_packets,
+                    rx_bursts: c.rx_bursts,
+                    tx_bursts: c.tx_bursts,
+                    udp_in: c.udp_in,
+                    udp_out: c.udp_out,
+                    steered: c.steered,
+                    arp_replies: c.arp_replies_out,
+                    icmp_echo_replies: c.icmp_echo_replies,
+                    drops: c
+                        .drop_list()
+                        .into_iter()
+                        .map(|(n, v)| (n.to_string(), v))
+                        .collect(),
+                })
+                .collect(),
+        }
+    }
+
+    /// The testpmd-style closing block, on stderr (stdout is for --json).
+    pub fn print(&self) {
+        eprintln!("---------------------- ainftp-dp summary ({:.1} s) ----------------------", self.seconds);
+        for l in &self.lcores {
+            eprintln!(
+                "  lcore {:>3}: rx {:>12} tx {:>12} udp in/out {}/{} steered {} arp replies {} icmp echo replies {} drops {:?}",
+                l.lcore, l.rx_packets, l.tx_packets, l.udp_in, l.udp_out, l.steered, l.arp_replies, l.icmp_echo_replies, l.drops
+            );
+        }
+        eprintln!(
+            "  total: rx {} ({:.0} pps) tx {} ({:.0} pps); port rx {} tx {} missed {}; mbufs still out after close: {}",
+            self.rx_packets, self.rx_pps, self.tx_packets, self.tx_pps, self.port_rx_packets,
+            self.port_tx_packets, self.port_rx_missed, self.mbufs_in_use_after_close
+        );
+    }
+}
