@@ -272,7 +272,9 @@ impl<P> Host<P> {
             vlan_id: self.cfg.vlan,
         };
         let l2 = eth.header_len();
-        let len = (l2 + wire::ARP_BUFFER_LEN).max(MIN_FRAME);
+        // Pad to the Ethernet minimum where the buffer allows (a request
+        // turned into a reply in place may be shorter; NICs pad on tx).
+        let len = (l2 + wire::ARP_BUFFER_LEN).max(MIN_FRAME.min(buf.len()));
         let buf = &mut buf[..len];
         buf.fill(0);
         eth.emit(&mut buf[..l2]).expect("our VLAN id was validated");
@@ -356,5 +358,235 @@ fn reason_of(e: wire::Error) -> DropReason {
         wire::Error::Truncated => DropReason::Truncated,
         wire::Error::Malformed => DropReason::Malformed,
         wire::Error::Checksum => DropReason::BadChecksum,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::{ether_type, Icmpv4Repr, UdpPacket};
+
+    const US: EthernetAddress = EthernetAddress([2, 0, 0, 0, 0, 2]);
+    const PEER: EthernetAddress = EthernetAddress([2, 0, 0, 0, 0, 9]);
+    const US_IP: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 2);
+    const PEER_IP: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 9);
+    const UNKNOWN: RxChecksum = RxChecksum {
+        ip: CsumStatus::Unknown,
+        l4: CsumStatus::Unknown,
+    };
+
+    fn host() -> Host<Vec<u8>> {
+        Host::new(
+            Arc::new(HostConfig::new(US, US_IP, 24)),
+            NeighbourTable::new(),
+        )
+    }
+
+    fn eth(dst: EthernetAddress, ethertype: u16, vlan: Option<u16>, payload: &[u8]) -> Vec<u8> {
+        let repr = EthernetRepr {
+            src_addr: PEER,
+            dst_addr: dst,
+            ethertype,
+            vlan_id: vlan,
+        };
+        let mut f = vec![0u8; repr.header_len() + payload.len()];
+        repr.emit(&mut f).unwrap();
+        f[repr.header_len()..].copy_from_slice(payload);
+        f
+    }
+
+    fn ipv4(protocol: u8, l4: &[u8]) -> Vec<u8> {
+        let repr = Ipv4Repr {
+            src_addr: PEER_IP,
+            dst_addr: US_IP,
+            protocol,
+            payload_len: l4.len(),
+            ttl: 64,
+            ident: 1,
+            dont_frag: true,
+        };
+        let mut p = vec![0u8; 20 + l4.len()];
+        p[20..].copy_from_slice(l4);
+        repr.emit(&mut p, ChecksumMode::Software).unwrap();
+        p
+    }
+
+    fn udp(payload: &[u8], dst_port: u16) -> Vec<u8> {
+        let mut u = vec![0u8; 8 + payload.len()];
+        u[8..].copy_from_slice(payload);
+        UdpRepr {
+            src_port: 5555,
+            dst_port,
+        }
+        .emit(&mut u, payload.len(), PEER_IP, US_IP, ChecksumMode::Software)
+        .unwrap();
+        u
+    }
+
+    fn classify(h: &mut Host<Vec<u8>>, f: &mut [u8], c: &mut Counters) -> Verdict {
+        h.classify(f, UNKNOWN, Instant::now(), c)
+    }
+
+    #[test]
+    fn udp_payload_is_located_and_its_sender_named() {
+        let mut h = host();
+        let mut c = Counters::default();
+        let mut f = eth(US, ether_type::IPV4, None, &ipv4(17, &udp(b"hello", 7)));
+        f.extend_from_slice(&[0; 4]); // Ethernet padding after the IP packet
+        let Verdict::Udp(m) = classify(&mut h, &mut f, &mut c) else {
+            panic!("not delivered");
+        };
+        assert_eq!(&f[m.payload_offset..m.payload_offset + m.payload_len], b"hello");
+        assert_eq!(m.peer, SocketAddrV4::new(PEER_IP, 5555));
+        assert_eq!(m.local_port, 7);
+        assert_eq!(c.udp_in, 1);
+    }
+
+    #[test]
+    fn arp_request_for_us_becomes_a_reply_and_teaches_us_the_sender() {
+        let mut h = host();
+        let mut c = Counters::default();
+        let mut arp = vec![0u8; 28];
+        ArpRepr {
+            operation: ArpOperation::Request,
+            source_hardware_addr: PEER,
+            source_protocol_addr: PEER_IP,
+            target_hardware_addr: EthernetAddress([0; 6]),
+            target_protocol_addr: US_IP,
+        }
+        .emit(&mut arp)
+        .unwrap();
+        let mut f = eth(EthernetAddress::BROADCAST, ether_type::ARP, None, &arp);
+        let Verdict::Reply { len } = classify(&mut h, &mut f, &mut c) else {
+            panic!("no reply");
+        };
+        let frame = EthernetFrame::new_checked(&f[..len]).unwrap();
+        assert_eq!(frame.dst_addr(), PEER);
+        assert_eq!(frame.src_addr(), US);
+        let reply = ArpRepr::parse(&ArpPacket::new_checked(frame.payload()).unwrap()).unwrap();
+        assert_eq!(reply.operation, ArpOperation::Reply);
+        assert_eq!(reply.source_hardware_addr, US);
+        assert_eq!(reply.source_protocol_addr, US_IP);
+        assert_eq!(reply.target_protocol_addr, PEER_IP);
+        assert_eq!(h.neighbours().lookup(PEER_IP, Instant::now()), Some(PEER));
+        assert_eq!((c.arp_requests_in, c.arp_replies_out), (1, 1));
+    }
+
+    #[test]
+    fn echo_request_becomes_a_valid_echo_reply_in_place() {
+        let mut h = host();
+        let mut c = Counters::default();
+        let data = b"abcdefgh0123456789";
+        let req = Icmpv4Repr::EchoRequest {
+            ident: 7,
+            seq_no: 3,
+            data,
+        };
+        let mut icmp = vec![0u8; req.buffer_len()];
+        req.emit(&mut icmp).unwrap();
+        let mut f = eth(US, ether_type::IPV4, None, &ipv4(1, &icmp));
+        let Verdict::Reply { len } = classify(&mut h, &mut f, &mut c) else {
+            panic!("no reply");
+        };
+        let frame = EthernetFrame::new_checked(&f[..len]).unwrap();
+        assert_eq!((frame.dst_addr(), frame.src_addr()), (PEER, US));
+        let ip = Ipv4Packet::new_checked(frame.payload()).unwrap();
+        assert!(ip.verify_checksum());
+        assert_eq!((ip.src_addr(), ip.dst_addr()), (US_IP, PEER_IP));
+        let icmp = Icmpv4Packet::new_checked(ip.payload()).unwrap();
+        assert!(icmp.verify_checksum());
+        assert_eq!(
+            Icmpv4Repr::parse(&icmp).unwrap(),
+            Icmpv4Repr::EchoReply {
+                ident: 7,
+                seq_no: 3,
+                data
+            }
+        );
+        assert_eq!(c.icmp_echo_replies, 1);
+    }
+
+    #[test]
+    fn bad_frames_are_dropped_for_the_right_reason() {
+        let good = eth(US, ether_type::IPV4, None, &ipv4(17, &udp(b"x", 7)));
+        let mut cases: Vec<(&str, Vec<u8>, DropReason)> = vec![
+            ("runt", good[..10].to_vec(), DropReason::Truncated),
+            ("ip truncated", good[..30].to_vec(), DropReason::Truncated),
+            (
+                "foreign mac",
+                eth(PEER, ether_type::IPV4, None, &ipv4(17, &udp(b"x", 7))),
+                DropReason::ForeignMac,
+            ),
+            (
+                "vlan we are not on",
+                eth(US, ether_type::IPV4, Some(5), &ipv4(17, &udp(b"x", 7))),
+                DropReason::WrongVlan,
+            ),
+            (
+                "ipv6",
+                eth(US, 0x86dd, None, &[0u8; 40]),
+                DropReason::UnsupportedEtherType,
+            ),
+            (
+                "tcp",
+                eth(US, ether_type::IPV4, None, &ipv4(6, &[0u8; 20])),
+                DropReason::UnsupportedProtocol,
+            ),
+        ];
+        let mut bad_ip_csum = good.clone();
+        bad_ip_csum[14 + 10] ^= 0xff;
+        cases.push(("ip checksum", bad_ip_csum, DropReason::BadChecksum));
+        let mut bad_udp_csum = good.clone();
+        let last = bad_udp_csum.len() - 1;
+        bad_udp_csum[last] ^= 0x01;
+        cases.push(("udp checksum", bad_udp_csum, DropReason::BadChecksum));
+        let mut version6 = good.clone();
+        version6[14] = 0x65;
+        cases.push(("ip version", version6, DropReason::Malformed));
+        let mut frag = good.clone();
+        {
+            let mut ip = Ipv4Packet::new_unchecked(&mut frag[14..]);
+            ip.set_flags_and_frag_offset(false, true, 0);
+            ip.fill_checksum();
+        }
+        cases.push(("fragment", frag, DropReason::Fragmented));
+        let mut other_ip = good.clone();
+        {
+            let mut ip = Ipv4Packet::new_unchecked(&mut other_ip[14..]);
+            ip.set_dst_addr(Ipv4Addr::new(10, 0, 0, 3));
+            ip.fill_checksum();
+        }
+        UdpPacket::new_unchecked(&mut other_ip[34..])
+            .fill_checksum(PEER_IP, Ipv4Addr::new(10, 0, 0, 3));
+        cases.push(("not our ip", other_ip, DropReason::NotForUs));
+
+        for (name, mut f, want) in cases {
+            let mut h = host();
+            let mut c = Counters::default();
+            assert_eq!(
+                classify(&mut h, &mut f, &mut c),
+                Verdict::Drop(want),
+                "{name}"
+            );
+        }
+    }
+
+    #[test]
+    fn built_udp_frames_parse_back_with_valid_checksums() {
+        let mut h = host();
+        let payload = b"the payload";
+        let hdr = h.udp_header_len();
+        let mut f = vec![0u8; hdr + payload.len()];
+        f[hdr..].copy_from_slice(payload);
+        let peer = SocketAddrV4::new(PEER_IP, 9000);
+        h.write_udp_headers(&mut f, PEER, peer, 4433, TxOffload::default());
+        let frame = EthernetFrame::new_checked(&f[..]).unwrap();
+        assert_eq!((frame.dst_addr(), frame.src_addr()), (PEER, US));
+        let ip = Ipv4Packet::new_checked(frame.payload()).unwrap();
+        assert!(ip.verify_checksum() && ip.dont_frag());
+        let udp = UdpPacket::new_checked(ip.payload()).unwrap();
+        assert!(udp.verify_checksum(US_IP, PEER_IP));
+        assert_eq!((udp.src_port(), udp.dst_port()), (4433, 9000));
+        assert_eq!(udp.payload(), payload);
     }
 }

@@ -294,7 +294,10 @@ mod tests {
         for (at, value) in [(1, 6), (2, 0x86), (4, 8), (5, 16)] {
             let mut buf = REQUEST;
             buf[at] = value;
-            assert_eq!(ArpPacket::new_checked(&buf[..]).err(), Some(Error::Malformed));
+            assert_eq!(
+                ArpPacket::new_checked(&buf[..]).err(),
+                Some(Error::Malformed)
+            );
             let unchecked = ArpPacket::new_unchecked(&buf[..]);
             assert_eq!(ArpRepr::parse(&unchecked), Err(Error::Malformed));
         }
@@ -305,7 +308,10 @@ mod tests {
         let mut buf = REQUEST;
         buf[7] = 9;
         let p = ArpPacket::new_checked(&buf[..]).unwrap();
-        assert_eq!(ArpRepr::parse(&p).unwrap().operation, ArpOperation::Unknown(9));
+        assert_eq!(
+            ArpRepr::parse(&p).unwrap().operation,
+            ArpOperation::Unknown(9)
+        );
         assert_eq!(u16::from(ArpOperation::Unknown(9)), 9);
     }
 }

@@ -269,7 +269,10 @@ mod tests {
     fn parse_untagged() {
         let f = EthernetFrame::new_checked(&UNTAGGED[..]).unwrap();
         assert_eq!(f.dst_addr(), EthernetAddress::BROADCAST);
-        assert_eq!(f.src_addr(), EthernetAddress([0x52, 0x54, 0, 0x12, 0x34, 0x56]));
+        assert_eq!(
+            f.src_addr(),
+            EthernetAddress([0x52, 0x54, 0, 0x12, 0x34, 0x56])
+        );
         assert_eq!(f.ethertype(), ether_type::ARP);
         assert_eq!(f.vlan_id(), None);
         assert_eq!(f.header_len(), 14);
@@ -377,7 +380,11 @@ mod tests {
             "52:54:00:0a:bc:fg",
             "52-54:00:0a:bc:ff",
         ] {
-            assert_eq!(bad.parse::<EthernetAddress>(), Err(Error::Malformed), "{bad}");
+            assert_eq!(
+                bad.parse::<EthernetAddress>(),
+                Err(Error::Malformed),
+                "{bad}"
+            );
         }
     }
 }

@@ -282,7 +282,10 @@ mod tests {
     fn truncated_at_every_length() {
         let buf = request();
         for n in 0..HEADER_LEN {
-            assert_eq!(Icmpv4Packet::new_checked(&buf[..n]).err(), Some(Error::Truncated));
+            assert_eq!(
+                Icmpv4Packet::new_checked(&buf[..n]).err(),
+                Some(Error::Truncated)
+            );
         }
     }
 
@@ -294,7 +297,10 @@ mod tests {
         assert!(!p.verify_checksum());
         assert_eq!(Icmpv4Repr::parse(&p), Err(Error::Checksum));
 
-        for (msg_type, code) in [(icmpv4_type::DST_UNREACHABLE, 3), (icmpv4_type::ECHO_REQUEST, 1)] {
+        for (msg_type, code) in [
+            (icmpv4_type::DST_UNREACHABLE, 3),
+            (icmpv4_type::ECHO_REQUEST, 1),
+        ] {
             let mut buf = request();
             let mut p = Icmpv4Packet::new_checked(&mut buf[..]).unwrap();
             p.set_msg_type(msg_type);
@@ -317,7 +323,10 @@ mod tests {
         // A reply is not a request: refuse, and leave it alone.
         let before = buf;
         let mut p = Icmpv4Packet::new_checked(&mut buf[..]).unwrap();
-        assert_eq!(echo_request_to_reply_in_place(&mut p), Err(Error::Malformed));
+        assert_eq!(
+            echo_request_to_reply_in_place(&mut p),
+            Err(Error::Malformed)
+        );
         assert_eq!(buf, before);
     }
 

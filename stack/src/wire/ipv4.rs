@@ -367,7 +367,10 @@ mod tests {
         assert!(p.verify_checksum());
         assert!(!p.is_fragment() && !p.more_frags() && p.dont_frag());
         assert_eq!(p.payload(), &PING_REQUEST[20..]);
-        assert_eq!(Ipv4Repr::parse(&p, ChecksumMode::Software).unwrap(), ping_repr());
+        assert_eq!(
+            Ipv4Repr::parse(&p, ChecksumMode::Software).unwrap(),
+            ping_repr()
+        );
     }
 
     #[test]
@@ -378,15 +381,27 @@ mod tests {
         assert_eq!(buf, PING_REQUEST);
         ping_repr().emit(&mut buf, ChecksumMode::Offload).unwrap();
         assert_eq!(&buf[10..12], &[0, 0]);
-        assert_eq!(ping_repr().emit(&mut buf[..83], ChecksumMode::Software), Err(Error::Truncated));
+        assert_eq!(
+            ping_repr().emit(&mut buf[..83], ChecksumMode::Software),
+            Err(Error::Truncated)
+        );
     }
 
     #[test]
     fn emit_rejects_oversized() {
-        let repr = Ipv4Repr { payload_len: 65_516, ..ping_repr() };
+        let repr = Ipv4Repr {
+            payload_len: 65_516,
+            ..ping_repr()
+        };
         let mut buf = vec![0u8; 70_000];
-        assert_eq!(repr.emit(&mut buf, ChecksumMode::Software), Err(Error::Malformed));
-        let repr = Ipv4Repr { payload_len: 65_515, ..ping_repr() };
+        assert_eq!(
+            repr.emit(&mut buf, ChecksumMode::Software),
+            Err(Error::Malformed)
+        );
+        let repr = Ipv4Repr {
+            payload_len: 65_515,
+            ..ping_repr()
+        };
         assert_eq!(repr.emit(&mut buf, ChecksumMode::Software), Ok(()));
         let p = Ipv4Packet::new_checked(&buf[..]).unwrap();
         assert_eq!(Ipv4Repr::parse(&p, ChecksumMode::Software), Ok(repr));
@@ -426,7 +441,10 @@ mod tests {
         // IHL 15 on a 40-byte buffer: the header runs past the end.
         let mut buf = PING_REQUEST;
         buf[0] = 0x4f;
-        assert_eq!(Ipv4Packet::new_checked(&buf[..40]).err(), Some(Error::Truncated));
+        assert_eq!(
+            Ipv4Packet::new_checked(&buf[..40]).err(),
+            Some(Error::Truncated)
+        );
     }
 
     #[test]
@@ -443,7 +461,10 @@ mod tests {
         assert_eq!(p.header_len(), 24);
         assert!(p.verify_checksum());
         assert_eq!(p.payload(), &PING_REQUEST[20..]);
-        assert_eq!(Ipv4Repr::parse(&p, ChecksumMode::Software).unwrap(), ping_repr());
+        assert_eq!(
+            Ipv4Repr::parse(&p, ChecksumMode::Software).unwrap(),
+            ping_repr()
+        );
     }
 
     #[test]
@@ -452,7 +473,10 @@ mod tests {
         buf[11] ^= 0x01;
         let p = Ipv4Packet::new_checked(&buf[..]).unwrap();
         assert!(!p.verify_checksum());
-        assert_eq!(Ipv4Repr::parse(&p, ChecksumMode::Software), Err(Error::Checksum));
+        assert_eq!(
+            Ipv4Repr::parse(&p, ChecksumMode::Software),
+            Err(Error::Checksum)
+        );
         assert!(Ipv4Repr::parse(&p, ChecksumMode::Offload).is_ok());
     }
 
@@ -466,7 +490,10 @@ mod tests {
             let p = Ipv4Packet::new_checked(&buf[..]).unwrap();
             assert!(p.is_fragment());
             assert_eq!((p.more_frags(), p.frag_offset()), (mf, offset));
-            assert_eq!(Ipv4Repr::parse(&p, ChecksumMode::Software), Err(Error::Malformed));
+            assert_eq!(
+                Ipv4Repr::parse(&p, ChecksumMode::Software),
+                Err(Error::Malformed)
+            );
         }
     }
 

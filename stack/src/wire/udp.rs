@@ -252,15 +252,25 @@ mod tests {
         assert!(!p.verify_checksum(SRC, Ipv4Addr::new(192, 0, 2, 54)));
         assert_eq!(p.payload(), &UDP_DNS_QUERY[28..]);
         let repr = UdpRepr::parse(&p, SRC, DST, ChecksumMode::Software).unwrap();
-        assert_eq!(repr, UdpRepr { src_port: 54321, dst_port: 53 });
+        assert_eq!(
+            repr,
+            UdpRepr {
+                src_port: 54321,
+                dst_port: 53
+            }
+        );
     }
 
     #[test]
     fn emit_matches_capture() {
         let mut buf = datagram();
         buf[..8].fill(0);
-        let repr = UdpRepr { src_port: 54321, dst_port: 53 };
-        repr.emit(&mut buf, 29, SRC, DST, ChecksumMode::Software).unwrap();
+        let repr = UdpRepr {
+            src_port: 54321,
+            dst_port: 53,
+        };
+        repr.emit(&mut buf, 29, SRC, DST, ChecksumMode::Software)
+            .unwrap();
         assert_eq!(buf, datagram());
         assert_eq!(
             repr.emit(&mut buf, 30, SRC, DST, ChecksumMode::Software),
@@ -276,8 +286,12 @@ mod tests {
     #[test]
     fn offload_leaves_pseudo_header_sum() {
         let mut buf = datagram();
-        let repr = UdpRepr { src_port: 54321, dst_port: 53 };
-        repr.emit(&mut buf, 29, SRC, DST, ChecksumMode::Offload).unwrap();
+        let repr = UdpRepr {
+            src_port: 54321,
+            dst_port: 53,
+        };
+        repr.emit(&mut buf, 29, SRC, DST, ChecksumMode::Offload)
+            .unwrap();
         let p = UdpPacket::new_checked(&buf[..]).unwrap();
         // c000+020a+c000+0235+0011+0025 = 1_8475 -> 8476, not inverted.
         assert_eq!(p.checksum(), 0x8476);
@@ -298,7 +312,10 @@ mod tests {
         }
         let mut bad = datagram();
         bad[5] = 7;
-        assert_eq!(UdpPacket::new_checked(&bad[..]).err(), Some(Error::Malformed));
+        assert_eq!(
+            UdpPacket::new_checked(&bad[..]).err(),
+            Some(Error::Malformed)
+        );
         let unchecked = UdpPacket::new_unchecked(&bad[..]);
         assert_eq!(
             UdpRepr::parse(&unchecked, SRC, DST, ChecksumMode::Offload),

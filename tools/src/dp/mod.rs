@@ -31,8 +31,8 @@ pub fn run(args: &args::DpArgs) -> Result<Summary> {
         signal_hook::flag::register(sig, stop.clone())
             .map_err(|e| Error::Io("installing the signal handler".into(), e))?;
     }
-    let port = runtime.port().clone();
-    let host = runtime.host().clone();
+    let port = runtime.port();
+    let host = runtime.host();
     let lcores = runtime.lcores();
     eprintln!(
         "ainftp-dp: port {} ({}) mac {} ip {}/{} lcores {:?} steering {:?} mtu {}; udp echo on {:?}",
