@@ -6,7 +6,7 @@
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::time::Instant;
 
-use dpdk_ffi::ring::{Consumer, Producer, Spsc};
+use dpdk_ffi::ring::{Consumer, Mpmc, Producer, Spsc};
 use dpdk_ffi::{CsumStatus, Mbuf, MbufBatch, Mempool, PortFeatures, RxChecksum, RxQueue, TxQueue};
 
 use crate::counters::{Counters, DropReason};
@@ -86,6 +86,14 @@ pub enum RxSource {
     Ring(Consumer<Spsc>),
 }
 
+/// Where an lcore's outgoing frames go.
+pub enum TxPath {
+    Queue(TxQueue),
+    /// The port has one tx queue, owned by the steering lcore: frames are
+    /// handed back to it over a ring (counted as sent here).
+    ToSteerer(Producer<Mpmc>),
+}
+
 /// Software RSS on the lcore that owns the single rx queue: each IPv4/UDP
 /// frame goes to the lcore its flow hash names (the same Toeplitz hash a
 /// NIC would compute); everything else stays here.
@@ -96,6 +104,9 @@ pub struct Steering {
     /// One ring per worker index (None at `me`).
     pub rings: Vec<Option<Producer<Spsc>>>,
     batches: Vec<MbufBatch<RX_BURST>>,
+    /// Frames the other lcores hand back for our tx queue (single tx
+    /// queue ports), and those the NIC has not taken yet.
+    returns: Option<(Consumer<Mpmc>, MbufBatch<TX_HOLD>)>,
 }
 
 impl Steering {
@@ -106,7 +117,14 @@ impl Steering {
             me,
             rings,
             batches,
+            returns: None,
         }
+    }
+
+    /// Also transmit what the other lcores send back over `ring`.
+    pub fn with_returns(mut self, ring: Consumer<Mpmc>) -> Steering {
+        self.returns = Some((ring, MbufBatch::new()));
+        self
     }
 
     /// The worker a frame belongs to.
@@ -142,7 +160,7 @@ pub fn flow_hash(key: &[u8], frame: &[u8]) -> Option<u32> {
 
 pub struct DpdkIo {
     rx: RxSource,
-    tx: TxQueue,
+    tx: TxPath,
     pool: Mempool,
     host: Host<Mbuf>,
     offload: TxOffload,
@@ -157,7 +175,7 @@ pub struct DpdkIo {
 impl DpdkIo {
     pub fn new(
         rx: RxSource,
-        tx: TxQueue,
+        tx: TxPath,
         pool: Mempool,
         host: Host<Mbuf>,
         features: &PortFeatures,
@@ -230,16 +248,35 @@ impl DpdkIo {
 
     /// Hand held frames to the NIC; what it has no room for stays held.
     pub fn flush(&mut self) {
+        self.flush_returns();
         if self.tx_batch.is_empty() {
             return;
         }
         let before: usize = self.tx_batch.iter().map(Mbuf::len).sum();
-        let sent = self.tx.tx_burst(&mut self.tx_batch);
+        let sent = match &mut self.tx {
+            TxPath::Queue(q) => q.tx_burst(&mut self.tx_batch),
+            TxPath::ToSteerer(ring) => ring.enqueue_burst(&mut self.tx_batch),
+        };
         if sent > 0 {
             let after: usize = self.tx_batch.iter().map(Mbuf::len).sum();
             self.counters.tx_packets += sent as u64;
             self.counters.tx_bytes += (before - after) as u64;
             self.counters.tx_bursts += 1;
+        }
+    }
+
+    /// On the steering lcore of a single-tx-queue port: send what the other
+    /// lcores handed back (they counted it).
+    fn flush_returns(&mut self) {
+        let (Some(s), TxPath::Queue(q)) = (self.steering.as_mut(), &mut self.tx) else {
+            return;
+        };
+        let Some((ring, held)) = s.returns.as_mut() else {
+            return;
+        };
+        ring.dequeue_burst(held);
+        if !held.is_empty() {
+            q.tx_burst(held);
         }
     }
 

@@ -15,7 +15,7 @@ use dpdk_ffi::{lcore, Eal, Mempool, Port, PortConfig, PortStats, Ring};
 
 use crate::counters::{Counters, DropReason, SharedCounters};
 use crate::host::{Host, HostConfig, NeighbourConfig, NeighbourTable};
-use crate::io::dpdk::{DpdkIo, RxSource, Steering, UdpMbuf, RX_BURST};
+use crate::io::dpdk::{DpdkIo, RxSource, Steering, TxPath, UdpMbuf, RX_BURST};
 use crate::io::PacketIo;
 use crate::rss::{QueueMap, DEFAULT_KEY, SYMMETRIC_KEY};
 use crate::wire::EthernetAddress;
@@ -152,23 +152,35 @@ impl Runtime {
         } else {
             DEFAULT_KEY.to_vec()
         };
-        let port_cfg = |rx_queues| PortConfig {
+        let port_cfg = |rx_queues, tx_queues| PortConfig {
             rx_queues,
-            tx_queues: n,
+            tx_queues,
             rss: true,
             rss_key: (cfg.symmetric_rss && rx_queues > 1).then(|| rss_key.clone()),
             checksum_offload: cfg.checksum_offload,
             mtu: cfg.mtu,
             ..PortConfig::default()
         };
+        // Software steering wants one rx queue and a tx queue per lcore;
+        // PMDs that pair queues (tap, af_xdp) get one of each, and the other
+        // lcores hand their frames back to the steering lcore.
+        let open_for_steering = || -> Result<Port> {
+            match Port::open(eal, &cfg.device, &port_cfg(1, n), &pool) {
+                Ok(p) => Ok(p),
+                Err(e) => {
+                    tracing::info!(error = %e, "one rx queue with {n} tx queues refused; using one of each");
+                    Ok(Port::open(eal, &cfg.device, &port_cfg(1, 1), &pool)?)
+                }
+            }
+        };
         let (port, mode) = match (cfg.steering, n) {
-            (_, 1) => (Port::open(eal, &cfg.device, &port_cfg(1), &pool)?, SteeringMode::Rss),
-            (SteeringMode::Software, _) => (
-                Port::open(eal, &cfg.device, &port_cfg(1), &pool)?,
-                SteeringMode::Software,
+            (_, 1) => (
+                Port::open(eal, &cfg.device, &port_cfg(1, 1), &pool)?,
+                SteeringMode::Rss,
             ),
+            (SteeringMode::Software, _) => (open_for_steering()?, SteeringMode::Software),
             (wanted, _) => {
-                let port = Port::open(eal, &cfg.device, &port_cfg(n), &pool)?;
+                let port = Port::open(eal, &cfg.device, &port_cfg(n, n), &pool)?;
                 if port.features().rss_hf != 0 {
                     (port, SteeringMode::Rss)
                 } else if wanted == SteeringMode::Rss {
@@ -185,10 +197,7 @@ impl Runtime {
                         lcores[0]
                     );
                     drop(port);
-                    (
-                        Port::open(eal, &cfg.device, &port_cfg(1), &pool)?,
-                        SteeringMode::Software,
-                    )
+                    (open_for_steering()?, SteeringMode::Software)
                 }
             }
         };
@@ -218,24 +227,33 @@ impl Runtime {
                 consumers.push(Some(c));
             }
         }
+        // One tx queue for several lcores: the others return frames to lcore 0.
+        let returns = if mode == SteeringMode::Software && features.tx_queues < n {
+            Some(Ring::mpmc(eal, &format!("steer_ret_{}", port.id()), 8192)?)
+        } else {
+            None
+        };
         let mut workers = Vec::new();
         for (i, &lc) in lcores.iter().enumerate() {
             let q = i as u16;
             let (rx, steering) = match mode {
-                SteeringMode::Software if i == 0 => (
-                    RxSource::Queue(port.rx_queue(0)?),
-                    Some(Steering::new(
-                        rss_key.clone(),
-                        0,
-                        std::mem::take(&mut producers),
-                    )),
-                ),
+                SteeringMode::Software if i == 0 => {
+                    let mut s = Steering::new(rss_key.clone(), 0, std::mem::take(&mut producers));
+                    if let Some((_, c)) = &returns {
+                        s = s.with_returns(c.clone());
+                    }
+                    (RxSource::Queue(port.rx_queue(0)?), Some(s))
+                }
                 SteeringMode::Software => (RxSource::Ring(consumers[i].take().unwrap()), None),
                 _ => (RxSource::Queue(port.rx_queue(q)?), None),
             };
+            let tx = match &returns {
+                Some((p, _)) if i > 0 => TxPath::ToSteerer(p.clone()),
+                _ => TxPath::Queue(port.tx_queue(q)?),
+            };
             let io = DpdkIo::new(
                 rx,
-                port.tx_queue(q)?,
+                tx,
                 pool.clone(),
                 Host::new(host.clone(), table.clone()),
                 &features,

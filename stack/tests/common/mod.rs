@@ -1,0 +1,125 @@
+//! Shared set-up for the stack's tests against real kernels: the EAL, the
+//! runtime on its own thread, kernel-side interfaces and sockets. Each
+//! test is its own process under nextest (EAL is once per process), and
+//! each uses its own interface names and subnet so tests run in parallel.
+#![allow(dead_code)]
+
+use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use dpdk_ffi::Eal;
+use stack::counters::SharedCounters;
+use stack::io::dpdk::UdpMbuf;
+use stack::runtime::{RunReport, Runtime, RuntimeConfig, Services};
+
+pub fn eal(lcores: &str) -> Eal {
+    Eal::init([
+        "-l",
+        lcores,
+        "--no-pci",
+        "--in-memory",
+        "--log-level=*:warning",
+    ])
+    .expect("EAL init (root and hugepages: run scripts/setup-host.sh)")
+}
+
+pub fn sh(cmd: &str) {
+    let st = Command::new("sh").arg("-c").arg(cmd).status().unwrap();
+    assert!(st.success(), "`{cmd}` failed: {st}");
+}
+
+pub fn sh_out(cmd: &str) -> String {
+    let out = Command::new("sh").arg("-c").arg(cmd).output().unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// A runtime running on its own thread until `finish`.
+pub struct Running {
+    stop: Arc<AtomicBool>,
+    handle: Option<JoinHandle<RunReport>>,
+    pub counters: Vec<Arc<SharedCounters>>,
+    pub mac: [u8; 6],
+}
+
+impl Running {
+    pub fn start<F>(eal: &Eal, cfg: &RuntimeConfig, services: F) -> Running
+    where
+        F: Fn(usize) -> Services<UdpMbuf> + Send + 'static,
+    {
+        let rt = Runtime::start(eal, cfg).expect("runtime starts");
+        let mac = rt.port().mac();
+        let counters = rt.counters();
+        let stop = Arc::new(AtomicBool::new(false));
+        let s = stop.clone();
+        let handle = std::thread::spawn(move || rt.run(s, services).expect("runtime runs"));
+        Running {
+            stop,
+            handle: Some(handle),
+            counters,
+            mac,
+        }
+    }
+
+    pub fn finish(mut self) -> RunReport {
+        self.stop.store(true, Ordering::Relaxed);
+        self.handle.take().unwrap().join().expect("runtime thread")
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+/// Give the kernel side of a TAP device an address and bring it up.
+pub fn tap_up(iface: &str, kernel_ip: Ipv4Addr, prefix: u8) {
+    sh(&format!(
+        "ip addr add {kernel_ip}/{prefix} dev {iface} && ip link set {iface} up"
+    ));
+}
+
+/// Send `payload` to `to` and wait for its echo, byte-exact. Resends
+/// every 500 ms (the first datagrams may wait for ARP), so a late echo of
+/// an earlier send may arrive first: replies that differ are skipped, and
+/// the test fails if the exact echo never comes.
+pub fn echo_once(sock: &UdpSocket, to: SocketAddrV4, payload: &[u8]) {
+    let mut buf = vec![0u8; 65536];
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut others = 0;
+    while Instant::now() < deadline {
+        sock.send_to(payload, to).unwrap();
+        let resend_at = Instant::now() + Duration::from_millis(500);
+        while Instant::now() < resend_at {
+            match sock.recv_from(&mut buf) {
+                Ok((n, from)) => {
+                    assert_eq!(from, std::net::SocketAddr::V4(to), "reply from the echo");
+                    if &buf[..n] == payload {
+                        return;
+                    }
+                    others += 1;
+                }
+                Err(_) => break,
+            }
+        }
+    }
+    panic!(
+        "no exact echo of {} bytes from {to} ({others} other replies)",
+        payload.len()
+    );
+}
+
+pub fn udp_socket(bind: Ipv4Addr) -> UdpSocket {
+    let s = UdpSocket::bind(SocketAddrV4::new(bind, 0)).unwrap();
+    s.set_read_timeout(Some(Duration::from_millis(500))).unwrap();
+    s
+}
+
+/// A payload of `n` bytes that differs per size and position.
+pub fn pattern(n: usize, seed: u8) -> Vec<u8> {
+    (0..n).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect()
+}
