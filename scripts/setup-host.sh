@@ -16,7 +16,7 @@ packages=(
     dpdk dpdk-dev libdpdk-dev   # DPDK 22.11 LTS: libraries, PMDs, dpdk-testpmd
     pkg-config libclang-dev clang cmake build-essential  # bindgen, the C shim, quiche later
     libxdp-dev libbpf-dev libelf-dev libpcap-dev libnuma-dev
-    iproute2 nftables iputils-ping kmod procps
+    iproute2 nftables iputils-ping kmod procps ethtool
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -3,8 +3,8 @@
 //! UDP demux, routing), io (PacketIo backends), runtime (per-lcore loops).
 
 pub mod counters;
-pub mod rss;
 pub mod host;
 pub mod io;
+pub mod rss;
 pub mod runtime;
 pub mod wire;

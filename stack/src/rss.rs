@@ -43,13 +43,7 @@ pub fn toeplitz(key: &[u8], input: &[u8]) -> u32 {
 }
 
 /// The hash a NIC computes for an IPv4/UDP packet from `src` to `dst`.
-pub fn udp4_hash(
-    key: &[u8],
-    src: Ipv4Addr,
-    dst: Ipv4Addr,
-    src_port: u16,
-    dst_port: u16,
-) -> u32 {
+pub fn udp4_hash(key: &[u8], src: Ipv4Addr, dst: Ipv4Addr, src_port: u16, dst_port: u16) -> u32 {
     let mut input = [0u8; 12];
     input[..4].copy_from_slice(&src.octets());
     input[4..8].copy_from_slice(&dst.octets());

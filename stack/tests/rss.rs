@@ -33,7 +33,10 @@ impl UdpHandler<UdpMbuf> for Recorder {
     }
 }
 
-fn sixty_four_flows(mode: SteeringMode, subnet: u8) -> (HashMap<u16, HashSet<usize>>, SteeringMode) {
+fn sixty_four_flows(
+    mode: SteeringMode,
+    subnet: u8,
+) -> (HashMap<u16, HashSet<usize>>, SteeringMode) {
     let eal = eal("0-1");
     let us = Ipv4Addr::new(10, subnet, 0, 2);
     let kernel = Ipv4Addr::new(10, subnet, 0, 1);
@@ -72,7 +75,11 @@ fn sixty_four_flows(mode: SteeringMode, subnet: u8) -> (HashMap<u16, HashSet<usi
 fn assert_spread_and_sticky(seen: &HashMap<u16, HashSet<usize>>) {
     assert_eq!(seen.len(), 64, "every flow was served");
     for (port, lcores) in seen {
-        assert_eq!(lcores.len(), 1, "flow from port {port} moved between lcores {lcores:?}");
+        assert_eq!(
+            lcores.len(),
+            1,
+            "flow from port {port} moved between lcores {lcores:?}"
+        );
     }
     let used: HashSet<usize> = seen.values().flatten().copied().collect();
     assert_eq!(used.len(), 2, "64 flows landed on both lcores: {used:?}");

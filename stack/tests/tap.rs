@@ -82,7 +82,8 @@ fn many_flows_at_once_each_get_their_own_bytes_back() {
     // Every flow sends before any reads: the echoes interleave on the wire.
     for round in 0..20u8 {
         for (i, s) in socks.iter().enumerate() {
-            s.send_to(&pattern(64 + i * 40, round ^ i as u8), to).unwrap();
+            s.send_to(&pattern(64 + i * 40, round ^ i as u8), to)
+                .unwrap();
         }
         let mut buf = [0u8; 2048];
         for (i, s) in socks.iter().enumerate() {

@@ -44,7 +44,9 @@ pub struct UdpMeta {
 pub enum Verdict {
     Udp(UdpMeta),
     /// The frame was rewritten in place into a reply of `len` bytes: send it.
-    Reply { len: usize },
+    Reply {
+        len: usize,
+    },
     /// Handled; nothing to send (an ARP reply we learned from, say).
     Consumed,
     Drop(DropReason),
@@ -112,7 +114,12 @@ impl<P> Host<P> {
         counters: &mut Counters,
     ) -> Verdict {
         let (dst, vlan, ethertype, l2_len) = match EthernetFrame::new_checked(&frame[..]) {
-            Ok(eth) => (eth.dst_addr(), eth.vlan_id(), eth.ethertype(), eth.header_len()),
+            Ok(eth) => (
+                eth.dst_addr(),
+                eth.vlan_id(),
+                eth.ethertype(),
+                eth.header_len(),
+            ),
             Err(e) => return Verdict::Drop(reason_of(e)),
         };
         if dst != self.cfg.mac && !dst.is_broadcast() {
@@ -136,8 +143,7 @@ impl<P> Host<P> {
         now: Instant,
         counters: &mut Counters,
     ) -> Verdict {
-        let repr = match ArpPacket::new_checked(&frame[l2_len..]).and_then(|p| ArpRepr::parse(&p))
-        {
+        let repr = match ArpPacket::new_checked(&frame[l2_len..]).and_then(|p| ArpRepr::parse(&p)) {
             Ok(r) => r,
             Err(e) => return Verdict::Drop(reason_of(e)),
         };
@@ -197,7 +203,7 @@ impl<P> Host<P> {
             return Verdict::Drop(DropReason::Fragmented);
         }
         let (src, dst, protocol, l3_len) =
-            (ip.src_addr(), ip.dst_addr(), ip.protocol(), ip.header_len() as usize);
+            (ip.src_addr(), ip.dst_addr(), ip.protocol(), ip.header_len());
         if dst != self.cfg.ip {
             return Verdict::Drop(DropReason::NotForUs);
         }
@@ -343,7 +349,13 @@ impl<P> Host<P> {
             src_port,
             dst_port: peer.port(),
         }
-        .emit(&mut frame[l4..], payload_len, self.cfg.ip, *peer.ip(), udp_mode)
+        .emit(
+            &mut frame[l4..],
+            payload_len,
+            self.cfg.ip,
+            *peer.ip(),
+            udp_mode,
+        )
         .expect("the frame holds headers and payload");
     }
 
@@ -418,7 +430,13 @@ mod tests {
             src_port: 5555,
             dst_port,
         }
-        .emit(&mut u, payload.len(), PEER_IP, US_IP, ChecksumMode::Software)
+        .emit(
+            &mut u,
+            payload.len(),
+            PEER_IP,
+            US_IP,
+            ChecksumMode::Software,
+        )
         .unwrap();
         u
     }
@@ -436,7 +454,10 @@ mod tests {
         let Verdict::Udp(m) = classify(&mut h, &mut f, &mut c) else {
             panic!("not delivered");
         };
-        assert_eq!(&f[m.payload_offset..m.payload_offset + m.payload_len], b"hello");
+        assert_eq!(
+            &f[m.payload_offset..m.payload_offset + m.payload_len],
+            b"hello"
+        );
         assert_eq!(m.peer, SocketAddrV4::new(PEER_IP, 5555));
         assert_eq!(m.local_port, 7);
         assert_eq!(c.udp_in, 1);

@@ -149,7 +149,7 @@ impl<P> NeighbourCache<P> {
         }
         self.local
             .get(&ip)
-            .filter(|e| e.expires.is_none_or(|t| t > now))
+            .filter(|e| e.expires.map_or(true, |t| t > now))
             .map(|e| e.mac)
     }
 

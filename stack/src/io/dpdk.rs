@@ -395,7 +395,10 @@ impl PacketIo for DpdkIo {
                     l4: CsumStatus::Unknown,
                 }
             };
-            match self.host.classify(m.data_mut(), csum, now, &mut self.counters) {
+            match self
+                .host
+                .classify(m.data_mut(), csum, now, &mut self.counters)
+            {
                 Verdict::Udp(meta) => {
                     // Both fit: classify checked the lengths.
                     let _ = m.adj(meta.payload_offset);

@@ -17,7 +17,6 @@
 //! - Datagrams larger than `max_payload` that arrive are dropped and counted
 //!   in `rx_errors` (they cannot be represented in a `KernelDatagram`).
 
-
 use std::collections::VecDeque;
 use std::io::{self, IoSliceMut};
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, UdpSocket};

@@ -115,11 +115,14 @@ pub fn echo_once(sock: &UdpSocket, to: SocketAddrV4, payload: &[u8]) {
 
 pub fn udp_socket(bind: Ipv4Addr) -> UdpSocket {
     let s = UdpSocket::bind(SocketAddrV4::new(bind, 0)).unwrap();
-    s.set_read_timeout(Some(Duration::from_millis(500))).unwrap();
+    s.set_read_timeout(Some(Duration::from_millis(500)))
+        .unwrap();
     s
 }
 
 /// A payload of `n` bytes that differs per size and position.
 pub fn pattern(n: usize, seed: u8) -> Vec<u8> {
-    (0..n).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect()
+    (0..n)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect()
 }

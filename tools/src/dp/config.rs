@@ -68,8 +68,9 @@ pub fn plan(args: &DpArgs) -> Result<Plan> {
         None => FileConfig::default(),
     };
     let lcores = match args.lcores.as_ref().or(file.lcores.as_ref()) {
-        Some(list) => cpulist::parse(list)
-            .map_err(|e| Error::Usage(format!("--lcores {list:?}: {e}")))?,
+        Some(list) => {
+            cpulist::parse(list).map_err(|e| Error::Usage(format!("--lcores {list:?}: {e}")))?
+        }
         None => crate::eal_setup::default_lcores()?,
     };
     let pci = args.pci.clone().or(file.pci.clone());
@@ -143,7 +144,9 @@ pub fn plan(args: &DpArgs) -> Result<Plan> {
         args.udp_echo.clone()
     };
     if udp_echo.contains(&0) {
-        return Err(Error::Usage("--udp-echo 0 is not a port; use 1-65535".into()));
+        return Err(Error::Usage(
+            "--udp-echo 0 is not a port; use 1-65535".into(),
+        ));
     }
     let stats_period = seconds(
         "--stats-period",
@@ -188,8 +191,11 @@ pub fn parse_cidr(s: &str) -> Result<(Ipv4Addr, u8)> {
 }
 
 fn parse_ip(flag: &str, s: &str) -> Result<Ipv4Addr> {
-    s.parse()
-        .map_err(|_| Error::Usage(format!("{flag} {s:?}: expected an IPv4 address like 10.0.0.1")))
+    s.parse().map_err(|_| {
+        Error::Usage(format!(
+            "{flag} {s:?}: expected an IPv4 address like 10.0.0.1"
+        ))
+    })
 }
 
 fn parse_mac(flag: &str, s: &str) -> Result<EthernetAddress> {
@@ -239,7 +245,13 @@ mod tests {
             "ip = \"10.1.0.2/16\"\nudp_echo = [7, 9]\nlcores = \"0\"\nvdev = \"net_null0\"\nneighbours = [\"10.1.0.1=02:00:00:00:00:01\"]\n",
         )
         .unwrap();
-        let p = plan(&args(&["--config", file.to_str().unwrap(), "--udp-echo", "5"])).unwrap();
+        let p = plan(&args(&[
+            "--config",
+            file.to_str().unwrap(),
+            "--udp-echo",
+            "5",
+        ]))
+        .unwrap();
         assert_eq!(p.runtime.ip, Ipv4Addr::new(10, 1, 0, 2));
         assert_eq!(p.runtime.device, "net_null0");
         assert_eq!(p.udp_echo, vec![5]);
@@ -254,14 +266,52 @@ mod tests {
         for (flags, needle) in [
             (vec!["--lcores", "0"], "--ip is required"),
             (vec!["--ip", "10.0.0.2", "--lcores", "0"], "prefix length"),
-            (vec!["--ip", "10.0.0.2/33", "--lcores", "0"], "prefix length"),
-            (vec!["--ip", "10.0.0.2/24", "--lcores", "0", "--gateway", "x"], "--gateway"),
-            (vec!["--ip", "10.0.0.2/24", "--lcores", "0", "--mac", "zz"], "--mac"),
-            (vec!["--ip", "10.0.0.2/24", "--lcores", "0", "--neighbour", "1.2.3.4"], "IP=MAC"),
-            (vec!["--ip", "10.0.0.2/24", "--lcores", "0", "--steering", "magic"], "--steering"),
-            (vec!["--ip", "10.0.0.2/24", "--lcores", "0", "--idle", "lazy"], "--idle"),
-            (vec!["--ip", "10.0.0.2/24", "--lcores", "0", "--udp-echo", "0"], "--udp-echo"),
-            (vec!["--ip", "10.0.0.2/24", "--lcores", "0", "--duration", "-1"], "--duration"),
+            (
+                vec!["--ip", "10.0.0.2/33", "--lcores", "0"],
+                "prefix length",
+            ),
+            (
+                vec!["--ip", "10.0.0.2/24", "--lcores", "0", "--gateway", "x"],
+                "--gateway",
+            ),
+            (
+                vec!["--ip", "10.0.0.2/24", "--lcores", "0", "--mac", "zz"],
+                "--mac",
+            ),
+            (
+                vec![
+                    "--ip",
+                    "10.0.0.2/24",
+                    "--lcores",
+                    "0",
+                    "--neighbour",
+                    "1.2.3.4",
+                ],
+                "IP=MAC",
+            ),
+            (
+                vec![
+                    "--ip",
+                    "10.0.0.2/24",
+                    "--lcores",
+                    "0",
+                    "--steering",
+                    "magic",
+                ],
+                "--steering",
+            ),
+            (
+                vec!["--ip", "10.0.0.2/24", "--lcores", "0", "--idle", "lazy"],
+                "--idle",
+            ),
+            (
+                vec!["--ip", "10.0.0.2/24", "--lcores", "0", "--udp-echo", "0"],
+                "--udp-echo",
+            ),
+            (
+                vec!["--ip", "10.0.0.2/24", "--lcores", "0", "--duration=-1"],
+                "--duration",
+            ),
         ] {
             let e = plan(&args(&flags)).unwrap_err().to_string();
             assert!(e.contains(needle), "{flags:?}: {e}");

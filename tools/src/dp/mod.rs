@@ -68,7 +68,11 @@ pub fn run(args: &args::DpArgs) -> Result<Summary> {
         stack::runtime::Error::Dpdk(d) => Error::Dpdk(d),
         stack::runtime::Error::Config(c) => Error::Usage(c),
     })?;
-    let summary = Summary::new(&run, &lcores, started.elapsed().max(Duration::from_millis(1)));
+    let summary = Summary::new(
+        &run,
+        &lcores,
+        started.elapsed().max(Duration::from_millis(1)),
+    );
     summary.print();
     Ok(summary)
 }

@@ -129,7 +129,10 @@ impl Summary {
 
     /// The testpmd-style closing block, on stderr (stdout is for --json).
     pub fn print(&self) {
-        eprintln!("---------------------- ainftp-dp summary ({:.1} s) ----------------------", self.seconds);
+        eprintln!(
+            "---------------------- ainftp-dp summary ({:.1} s) ----------------------",
+            self.seconds
+        );
         for l in &self.lcores {
             eprintln!(
                 "  lcore {:>3}: rx {:>12} tx {:>12} udp in/out {}/{} steered {} arp replies {} icmp echo replies {} drops {:?}",

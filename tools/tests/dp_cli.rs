@@ -1,0 +1,134 @@
+//! ainftp-dp as a user runs it: on a TAP device it answers Linux's ping and
+//! UDP, stops cleanly on SIGTERM with a summary (no mbuf left out), and bad
+//! input gets one clear line and a non-zero exit.
+
+use std::net::UdpSocket;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const DP: &str = env!("CARGO_BIN_EXE_ainftp-dp");
+
+fn sh(cmd: &str) -> Output {
+    Command::new("sh").arg("-c").arg(cmd).output().unwrap()
+}
+
+fn assert_one_line_error(args: &[&str], needle: &str) {
+    let out = Command::new(DP).args(args).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{args:?} should fail: {stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    let ours: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("ainftp-dp:"))
+        .collect();
+    assert_eq!(ours.len(), 1, "{args:?}: one error line expected: {stderr}");
+    assert!(ours[0].contains(needle), "'{needle}' not in: {}", ours[0]);
+}
+
+#[test]
+fn bad_input_gets_one_clear_line() {
+    assert_one_line_error(&["--lcores", "0"], "--ip is required");
+    assert_one_line_error(&["--lcores", "0", "--ip", "10.0.0.2"], "prefix");
+    assert_one_line_error(
+        &[
+            "--lcores",
+            "0",
+            "--ip",
+            "10.0.0.2/24",
+            "--vdev",
+            "net_bogus0",
+        ],
+        "net_bogus0",
+    );
+    assert_one_line_error(
+        &[
+            "--lcores",
+            "0",
+            "--ip",
+            "10.0.0.2/24",
+            "--gateway",
+            "192.168.9.1",
+            "--vdev",
+            "net_null0",
+        ],
+        "outside",
+    );
+    assert_one_line_error(
+        &[
+            "--lcores",
+            "0",
+            "--ip",
+            "10.0.0.2/24",
+            "--config",
+            "/nonexistent.toml",
+        ],
+        "nonexistent",
+    );
+}
+
+#[test]
+fn answers_ping_and_udp_on_a_tap_device_and_stops_cleanly_on_sigterm() {
+    let child = Command::new(DP)
+        .args([
+            "--lcores",
+            "0",
+            "--ip",
+            "10.88.0.2/24",
+            "--tap-iface",
+            "ainfdp88",
+            "--udp-echo",
+            "7",
+            "--stats-period",
+            "0.5",
+            "--json",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The TAP interface appears once the port is up.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !sh("ip link show ainfdp88").status.success() {
+        assert!(
+            Instant::now() < deadline,
+            "ainftp-dp did not bring up its TAP device"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(
+        sh("ip addr add 10.88.0.1/24 dev ainfdp88 && ip link set ainfdp88 up")
+            .status
+            .success()
+    );
+    let ping = sh("ping -c 3 -i 0.2 -W 2 10.88.0.2");
+    let ping_text = String::from_utf8_lossy(&ping.stdout);
+    assert!(ping_text.contains("3 received"), "{ping_text}");
+
+    let sock = UdpSocket::bind("10.88.0.1:0").unwrap();
+    sock.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+    sock.send_to(b"echo me", "10.88.0.2:7").unwrap();
+    let mut buf = [0u8; 64];
+    let (n, from) = sock.recv_from(&mut buf).unwrap();
+    assert_eq!(
+        (&buf[..n], from.to_string().as_str()),
+        (&b"echo me"[..], "10.88.0.2:7")
+    );
+
+    std::thread::sleep(Duration::from_millis(700)); // one stats line at least
+    assert!(sh(&format!("kill -TERM {}", child.id())).status.success());
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "exit after SIGTERM: {stderr}");
+    assert!(stderr.contains("rx-pps"), "periodic stats: {stderr}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let json: serde_json::Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    assert_eq!(json["mbufs_in_use_after_close"], 0, "{json}");
+    assert!(
+        json["lcores"][0]["icmp_echo_replies"].as_u64().unwrap() >= 3,
+        "{json}"
+    );
+    assert!(
+        json["lcores"][0]["udp_out"].as_u64().unwrap() >= 1,
+        "{json}"
+    );
+}
