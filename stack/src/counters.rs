@@ -36,10 +36,14 @@ pub enum DropReason {
     SteerRingFull,
     /// The mempool was empty.
     NoMbuf,
+    /// Dropped on purpose by an impairment (`--impair`, experiments).
+    Impaired,
+    /// The kernel refused a datagram (kernel UDP backend).
+    SendError,
 }
 
 impl DropReason {
-    pub const ALL: [DropReason; 15] = [
+    pub const ALL: [DropReason; 17] = [
         DropReason::Truncated,
         DropReason::Malformed,
         DropReason::BadChecksum,
@@ -55,6 +59,8 @@ impl DropReason {
         DropReason::TxFull,
         DropReason::SteerRingFull,
         DropReason::NoMbuf,
+        DropReason::Impaired,
+        DropReason::SendError,
     ];
     pub const COUNT: usize = Self::ALL.len();
 
@@ -75,6 +81,8 @@ impl DropReason {
             DropReason::TxFull => "tx_full",
             DropReason::SteerRingFull => "steer_ring_full",
             DropReason::NoMbuf => "no_mbuf",
+            DropReason::Impaired => "impaired",
+            DropReason::SendError => "send_error",
         }
     }
 }

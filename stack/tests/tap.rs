@@ -95,3 +95,39 @@ fn many_flows_at_once_each_get_their_own_bytes_back() {
     assert_eq!(report.total.dropped(DropReason::NoListener), 0);
     assert_eq!(report.mbufs_in_use_after_close, 0, "mbuf leak");
 }
+
+#[test]
+fn impairment_on_a_real_port_drops_what_it_says() {
+    let eal = eal("0");
+    let (us, kernel) = (Ipv4Addr::new(10, 84, 0, 2), Ipv4Addr::new(10, 84, 0, 1));
+    let mut cfg = RuntimeConfig::new("net_tap0,iface=ainftap84", us, 24);
+    cfg.impair = Some("loss=0.5,seed=3".parse().unwrap());
+    let run = Running::start(&eal, &cfg, |_| {
+        let mut s = Services::new();
+        s.listen(7, Box::new(Echo));
+        s
+    });
+    tap_up("ainftap84", kernel, 24);
+    let sock = udp_socket(kernel);
+    sock.set_read_timeout(Some(std::time::Duration::from_millis(20)))
+        .unwrap();
+    let to = SocketAddrV4::new(us, 7);
+    echo_once(&sock, to, b"warm up ARP"); // retries until one gets through
+    let mut buf = [0u8; 64];
+    while sock.recv_from(&mut buf).is_ok() {} // late copies of the warm-up
+    let mut echoed = 0;
+    for i in 0..400u32 {
+        sock.send_to(&i.to_be_bytes(), to).unwrap();
+        if sock.recv_from(&mut buf).is_ok() {
+            echoed += 1;
+        }
+    }
+    let report = run.finish();
+    let dropped = report.total.dropped(DropReason::Impaired);
+    assert!(
+        (140..=260).contains(&echoed),
+        "half of 400 echoed: {echoed}"
+    );
+    assert!(dropped >= 140, "impaired drops counted: {dropped}");
+    assert_eq!(report.mbufs_in_use_after_close, 0, "mbuf leak");
+}

@@ -11,7 +11,7 @@ use dpdk_ffi::{CsumStatus, Mbuf, MbufBatch, Mempool, PortFeatures, RxChecksum, R
 
 use crate::counters::{Counters, DropReason};
 use crate::host::{Host, Resolve, TxOffload, Verdict};
-use crate::io::{Datagram, PacketIo};
+use crate::io::{CountedIo, Datagram, PacketIo};
 use crate::rss::{udp4_hash, QueueMap};
 use crate::wire::{EthernetAddress, EthernetFrame, Ipv4Packet};
 
@@ -203,18 +203,8 @@ impl DpdkIo {
         }
     }
 
-    pub fn counters(&self) -> &Counters {
-        &self.counters
-    }
-
     pub fn host(&mut self) -> &mut Host<Mbuf> {
         &mut self.host
-    }
-
-    /// Drop a datagram the layer above did not want, counted under `reason`.
-    pub fn discard(&mut self, d: UdpMbuf, reason: DropReason) {
-        self.counters.drop(reason);
-        drop(d);
     }
 
     /// Broadcast a gratuitous ARP for our address (when the port comes up).
@@ -473,5 +463,11 @@ impl PacketIo for DpdkIo {
 
     fn max_payload(&self) -> usize {
         self.max_payload
+    }
+}
+
+impl CountedIo for DpdkIo {
+    fn counters(&self) -> Counters {
+        self.counters.clone()
     }
 }

@@ -678,6 +678,14 @@ impl<P: PacketIo> PacketIo for Impaired<P> {
     }
 }
 
+impl<P: super::CountedIo> super::CountedIo for Impaired<P> {
+    fn counters(&self) -> crate::counters::Counters {
+        let mut c = self.inner.counters();
+        c.drops[crate::counters::DropReason::Impaired as usize] += self.stats().dropped;
+        c
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

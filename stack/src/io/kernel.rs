@@ -686,3 +686,23 @@ impl PacketIo for KernelUdp {
         self.max_payload
     }
 }
+
+impl super::CountedIo for KernelUdp {
+    fn counters(&self) -> crate::counters::Counters {
+        let s = self.stats();
+        let mut c = crate::counters::Counters {
+            rx_packets: s.rx_datagrams,
+            rx_bytes: s.rx_bytes,
+            rx_bursts: s.rx_calls,
+            tx_packets: s.tx_datagrams,
+            tx_bytes: s.tx_bytes,
+            tx_bursts: s.tx_calls,
+            udp_in: s.rx_datagrams,
+            udp_out: s.tx_datagrams,
+            ..Default::default()
+        };
+        c.drops[crate::counters::DropReason::SendError as usize] = s.tx_dropped;
+        c.drops[crate::counters::DropReason::Malformed as usize] = s.rx_errors;
+        c
+    }
+}

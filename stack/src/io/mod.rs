@@ -59,3 +59,9 @@ pub trait PacketIo {
     /// The largest UDP payload one datagram can carry (MTU - 28 on Ethernet).
     fn max_payload(&self) -> usize;
 }
+
+/// A backend that reports its traffic in the stack's counters, so the
+/// runtime's loop and the binaries print every backend alike.
+pub trait CountedIo: PacketIo {
+    fn counters(&self) -> crate::counters::Counters;
+}

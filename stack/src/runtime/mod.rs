@@ -16,7 +16,8 @@ use dpdk_ffi::{lcore, Eal, Mempool, Port, PortConfig, PortStats, Ring};
 use crate::counters::{Counters, DropReason, SharedCounters};
 use crate::host::{Host, HostConfig, NeighbourConfig, NeighbourTable};
 use crate::io::dpdk::{DpdkIo, RxSource, Steering, TxPath, UdpMbuf, RX_BURST};
-use crate::io::PacketIo;
+use crate::io::impair::{ImpairConfig, Impaired};
+use crate::io::CountedIo;
 use crate::rss::{QueueMap, DEFAULT_KEY, SYMMETRIC_KEY};
 use crate::wire::EthernetAddress;
 
@@ -79,6 +80,8 @@ pub struct RuntimeConfig {
     pub mbufs: u32,
     pub mtu: Option<u16>,
     pub checksum_offload: bool,
+    /// Impair what the lcores send (loss, delay, ...), for experiments.
+    pub impair: Option<ImpairConfig>,
 }
 
 impl RuntimeConfig {
@@ -98,6 +101,7 @@ impl RuntimeConfig {
             mbufs: 8191,
             mtu: None,
             checksum_offload: true,
+            impair: None,
         }
     }
 }
@@ -130,6 +134,7 @@ pub struct Runtime {
     queue_map: QueueMap,
     rss_key: Vec<u8>,
     idle: IdlePolicy,
+    impair: Option<ImpairConfig>,
 }
 
 impl Runtime {
@@ -208,6 +213,10 @@ impl Runtime {
         host.static_neighbours = cfg.static_neighbours.clone();
         host.neighbour = cfg.neighbour;
         host.validate().map_err(Error::Config)?;
+        if let Some(i) = &cfg.impair {
+            i.validate()
+                .map_err(|e| Error::Config(format!("--impair: {e}")))?;
+        }
         let host = Arc::new(host);
         let table = NeighbourTable::new();
         let features = port.features();
@@ -288,6 +297,7 @@ impl Runtime {
             queue_map,
             rss_key,
             idle: cfg.idle,
+            impair: cfg.impair.clone(),
         })
     }
 
@@ -333,6 +343,7 @@ impl Runtime {
             eal,
             workers,
             idle,
+            impair,
             ..
         } = self;
         let mut joins = Vec::new();
@@ -346,14 +357,13 @@ impl Runtime {
             }
             let stop = stop.clone();
             let lc = w.lcore;
+            let impair = impair.clone();
             joins.push(lcore::launch(&eal, lc, move || {
-                poll_loop(&mut w, svc, &stop, idle);
-                w.io.counters().clone()
+                run_worker(w, svc, &stop, idle, impair)
             })?);
         }
-        let (mut w0, svc0) = first.expect("at least the main lcore");
-        poll_loop(&mut w0, svc0, &stop, idle);
-        let mut per_lcore = vec![w0.io.counters().clone()];
+        let (w0, svc0) = first.expect("at least the main lcore");
+        let mut per_lcore = vec![run_worker(w0, svc0, &stop, idle, impair)];
         for j in joins {
             per_lcore.push(j.join()?);
         }
@@ -362,7 +372,6 @@ impl Runtime {
             total.add(c);
         }
         let port_stats = port.stats().unwrap_or_default();
-        drop(w0);
         drop(port);
         let in_use = pool.in_use();
         Ok(RunReport {
@@ -378,50 +387,87 @@ impl Runtime {
 /// replies are dropped (counted) rather than buffered without bound.
 const MAX_PENDING_TX: usize = 4 * RX_BURST;
 
-/// One lcore: rx burst, hand datagrams to services, tx burst, timers.
-pub fn poll_loop(
-    w: &mut Worker,
-    mut services: Services<UdpMbuf>,
+/// One lcore: rx burst, hand datagrams to services, tx burst, timers, until
+/// `stop`; then drain. Works over any backend: the DPDK stack, kernel UDP
+/// sockets, or either behind an `Impaired` wrapper. Returns the counters.
+pub fn poll_loop<P: CountedIo>(
+    io: &mut P,
+    mut services: Services<P::Buf>,
     stop: &AtomicBool,
     idle: IdlePolicy,
-) {
-    let mut rx: Vec<UdpMbuf> = Vec::with_capacity(RX_BURST);
-    let mut tx: Vec<UdpMbuf> = Vec::with_capacity(MAX_PENDING_TX);
+    publish: &SharedCounters,
+) -> Counters {
+    let mut rx: Vec<P::Buf> = Vec::with_capacity(RX_BURST);
+    let mut tx: Vec<P::Buf> = Vec::with_capacity(MAX_PENDING_TX);
     let mut backoff = Backoff::new(idle);
+    // Drops decided here (no listener, backlog) rather than in the backend.
+    let mut ours = Counters::default();
+    let total = |io: &P, ours: &Counters| {
+        let mut c = io.counters();
+        c.add(ours);
+        c
+    };
     let mut loops: u64 = 0;
     while !stop.load(Ordering::Relaxed) {
-        let got = w.io.recv_burst(&mut rx, RX_BURST);
+        let got = io.recv_burst(&mut rx, RX_BURST);
         for d in rx.drain(..) {
-            if let Err(d) = services.dispatch(d, &mut tx) {
-                w.io.discard(d, DropReason::NoListener);
+            if services.dispatch(d, &mut tx).is_err() {
+                ours.drop(DropReason::NoListener);
             }
         }
         if tx.len() > MAX_PENDING_TX {
-            for d in tx.drain(MAX_PENDING_TX..) {
-                w.io.discard(d, DropReason::TxFull);
-            }
+            let excess = tx.len() - MAX_PENDING_TX;
+            tx.truncate(MAX_PENDING_TX);
+            ours.drops[DropReason::TxFull as usize] += excess as u64;
         }
         let sent = if tx.is_empty() {
             0
         } else {
-            w.io.send_burst(&mut tx)
+            io.send_burst(&mut tx)
         };
         loops += 1;
         // Timers and counters need not run every iteration at full rate.
         if got == 0 || loops % 64 == 0 {
-            w.io.poll(Instant::now());
-            w.counters.publish(w.io.counters());
+            io.poll(Instant::now());
+            publish.publish(&total(io, &ours));
         }
         backoff.after_poll(got + sent);
     }
     // Drain: give what is still queued a moment to leave, then count it.
     let deadline = Instant::now() + Duration::from_millis(100);
     while !tx.is_empty() && Instant::now() < deadline {
-        w.io.send_burst(&mut tx);
+        io.send_burst(&mut tx);
+        io.poll(Instant::now());
     }
-    for d in tx.drain(..) {
-        w.io.discard(d, DropReason::TxFull);
+    ours.drops[DropReason::TxFull as usize] += tx.len() as u64;
+    tx.clear();
+    io.poll(Instant::now());
+    let last = total(io, &ours);
+    publish.publish(&last);
+    last
+}
+
+/// Run one worker's loop, behind an impairment when asked.
+fn run_worker(
+    w: Worker,
+    services: Services<UdpMbuf>,
+    stop: &AtomicBool,
+    idle: IdlePolicy,
+    impair: Option<ImpairConfig>,
+) -> Counters {
+    let Worker {
+        index,
+        mut io,
+        counters,
+        ..
+    } = w;
+    match impair {
+        None => poll_loop(&mut io, services, stop, idle, &counters),
+        Some(mut cfg) => {
+            // Each lcore draws its own random stream from the seed.
+            cfg.seed = cfg.seed.wrapping_add(index as u64);
+            let mut io = Impaired::new(io, cfg).expect("impairment validated at start");
+            poll_loop(&mut io, services, stop, idle, &counters)
+        }
     }
-    w.io.poll(Instant::now());
-    w.counters.publish(w.io.counters());
 }

@@ -91,6 +91,10 @@ pub struct DpArgs {
     #[arg(long)]
     pub no_checksum_offload: bool,
 
+    /// Impair what we send, for experiments: e.g. loss=0.05,delay=2ms,jitter=1ms,dup=0.01,reorder=0.1,corrupt=0.001,seed=7.
+    #[arg(long, value_name = "SPEC")]
+    pub impair: Option<String>,
+
     /// Seconds between statistics lines; 0: only the final summary [default: 1].
     #[arg(long, value_name = "SECS")]
     pub stats_period: Option<f64>,

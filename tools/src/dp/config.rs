@@ -35,6 +35,7 @@ pub struct FileConfig {
     pub mtu: Option<u16>,
     pub mbufs: Option<u32>,
     pub checksum_offload: Option<bool>,
+    pub impair: Option<String>,
     pub stats_period: Option<f64>,
     pub duration: Option<f64>,
     #[serde(default)]
@@ -138,6 +139,12 @@ pub fn plan(args: &DpArgs) -> Result<Plan> {
         rt.mbufs = n;
     }
     rt.checksum_offload = !args.no_checksum_offload && file.checksum_offload.unwrap_or(true);
+    if let Some(spec) = args.impair.as_ref().or(file.impair.as_ref()) {
+        let cfg: stack::io::impair::ImpairConfig = spec
+            .parse()
+            .map_err(|e| Error::Usage(format!("--impair {spec:?}: {e}")))?;
+        rt.impair = (!cfg.is_perfect()).then_some(cfg);
+    }
     let udp_echo = if args.udp_echo.is_empty() {
         file.udp_echo.clone()
     } else {
