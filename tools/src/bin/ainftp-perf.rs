@@ -1,20 +1,23 @@
-//! ainftp-perf: testpmd-style packet forwarding on DPDK ports.
+//! ainftp-perf: testpmd-style packet forwarding on DPDK ports, and UDP
+//! echo / ping-pong on kernel sockets for latency baselines.
 
 use std::process::ExitCode;
 
 use clap::Parser;
-use tools::perf::{self, args::PerfArgs};
+use tools::perf::{self, args::Mode, args::PerfArgs};
 
 fn main() -> ExitCode {
     tools::init_logging();
     let args = PerfArgs::parse();
-    match perf::run(&args) {
+    let result = match args.mode {
+        Mode::UdpEcho => perf::udp::echo(&args),
+        Mode::UdpPingpong => perf::udp::pingpong(&args),
+        _ => perf::run(&args).map(|s| serde_json::to_value(&s).expect("summary serialises")),
+    };
+    match result {
         Ok(summary) => {
             if args.json {
-                println!(
-                    "{}",
-                    serde_json::to_string(&summary).expect("summary serialises")
-                );
+                println!("{summary}");
             }
             ExitCode::SUCCESS
         }

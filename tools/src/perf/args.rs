@@ -12,6 +12,13 @@ pub enum Mode {
     Rxonly,
     /// Generate UDP/IPv4 packets of --pkt-size bytes.
     Txonly,
+    /// UDP echo server on kernel sockets (--bind), the stack's echo
+    /// service over its kernel UDP backend: the baseline ainftp-dp's
+    /// echo is compared with.
+    UdpEcho,
+    /// UDP ping-pong client on a kernel socket (--target): round-trip
+    /// latency percentiles from an HDR histogram.
+    UdpPingpong,
 }
 
 impl Mode {
@@ -21,6 +28,8 @@ impl Mode {
             Mode::Macswap => "macswap",
             Mode::Rxonly => "rxonly",
             Mode::Txonly => "txonly",
+            Mode::UdpEcho => "udp-echo",
+            Mode::UdpPingpong => "udp-pingpong",
         }
     }
 }
@@ -105,6 +114,26 @@ pub struct PerfArgs {
     /// Seconds to wait for every port's link to come up before forwarding.
     #[arg(long, default_value_t = 10.0)]
     pub link_wait: f64,
+
+    /// udp-echo: address and port to serve on, e.g. 10.0.0.1:7.
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub bind: Option<String>,
+
+    /// udp-pingpong: the echo server to measure, e.g. 10.0.0.2:7.
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub target: Option<String>,
+
+    /// udp-pingpong: round trips to measure (after --warmup ones).
+    #[arg(long, default_value_t = 100_000)]
+    pub count: u64,
+
+    /// udp-pingpong: round trips before measuring.
+    #[arg(long, default_value_t = 1000)]
+    pub warmup: u64,
+
+    /// udp-pingpong: UDP payload bytes per datagram (>= 8).
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u16).range(8..=1472))]
+    pub size: u16,
 
     /// Print one JSON summary object as the last line.
     #[arg(long)]

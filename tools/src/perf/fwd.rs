@@ -4,10 +4,11 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 
 use crossbeam_utils::CachePadded;
-use dpdk_ffi::{lcore, MbufBatch, Mempool, RxQueue, TxQueue};
+use dpdk_ffi::{MbufBatch, Mempool, RxQueue, TxQueue};
+
+use stack::runtime::Backoff;
 
 use super::args::{IdlePolicy, Mode};
 
@@ -57,7 +58,10 @@ pub struct Engine {
 /// Run the streams until `stop` is set. Returns nothing: the counters are
 /// the port statistics and `drops`.
 pub fn run(engine: &Engine, mut streams: Vec<Stream>) {
-    let mut backoff = Backoff::new(engine.idle);
+    let mut backoff = Backoff::new(match engine.idle {
+        IdlePolicy::Busy => stack::runtime::IdlePolicy::Busy,
+        IdlePolicy::Adaptive => stack::runtime::IdlePolicy::Adaptive,
+    });
     if engine.tx_first {
         for s in streams.iter_mut() {
             // Poll first: some PMDs (memif) hand their rx ring to the peer
@@ -75,6 +79,9 @@ pub fn run(engine: &Engine, mut streams: Vec<Stream>) {
                 Mode::Macswap => forward(engine, s, true),
                 Mode::Rxonly => receive(engine, s),
                 Mode::Txonly => send_burst(engine, s),
+                Mode::UdpEcho | Mode::UdpPingpong => {
+                    unreachable!("validate() keeps socket modes out")
+                }
             };
         }
         backoff.after_poll(moved);
@@ -135,39 +142,5 @@ fn drop_unsent(engine: &Engine, s: &mut Stream) {
     if !s.batch.is_empty() {
         engine.drops[s.tx_port].fetch_add(s.batch.len() as u64, Ordering::Relaxed);
         s.batch.clear();
-    }
-}
-
-/// Adaptive idling: spin while packets flow; after a run of empty polls,
-/// pause; after a longer one, sleep briefly so other processes get the core.
-struct Backoff {
-    policy: IdlePolicy,
-    empty_polls: u32,
-}
-
-impl Backoff {
-    const PAUSE_AFTER: u32 = 64;
-    const SLEEP_AFTER: u32 = 4096;
-    const SLEEP: Duration = Duration::from_micros(100);
-
-    fn new(policy: IdlePolicy) -> Self {
-        Backoff {
-            policy,
-            empty_polls: 0,
-        }
-    }
-
-    #[inline]
-    fn after_poll(&mut self, moved: usize) {
-        if moved > 0 || self.policy == IdlePolicy::Busy {
-            self.empty_polls = 0;
-            return;
-        }
-        self.empty_polls = self.empty_polls.saturating_add(1);
-        if self.empty_polls >= Self::SLEEP_AFTER {
-            std::thread::sleep(Self::SLEEP);
-        } else if self.empty_polls >= Self::PAUSE_AFTER {
-            lcore::pause();
-        }
     }
 }

@@ -5,6 +5,7 @@ pub mod args;
 pub mod fwd;
 pub mod packet;
 pub mod report;
+pub mod udp;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -118,6 +119,12 @@ pub fn run(args: &PerfArgs) -> Result<Summary> {
 }
 
 fn validate(args: &PerfArgs) -> Result<()> {
+    if matches!(args.mode, Mode::UdpEcho | Mode::UdpPingpong) {
+        return Err(Error::Usage(format!(
+            "{} runs on kernel sockets: see perf::udp",
+            args.mode.name()
+        )));
+    }
     if args.pci.is_empty() && args.vdev.is_empty() {
         return Err(Error::Usage(
             "no port given: add --vdev net_null0 (virtual) or --pci 0000:3b:00.0 (a NIC bound to vfio-pci)".into(),
@@ -200,6 +207,9 @@ fn build_streams(args: &PerfArgs, ports: &[Port]) -> Result<Vec<Stream>> {
                 ),
                 Mode::Rxonly => Stream::new(Some(port.rx_queue(q)?), None, pi, frame),
                 Mode::Txonly => Stream::new(None, Some(port.tx_queue(q)?), pi, frame),
+                Mode::UdpEcho | Mode::UdpPingpong => {
+                    unreachable!("validate() keeps socket modes out")
+                }
             });
         }
     }

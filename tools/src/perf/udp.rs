@@ -1,0 +1,123 @@
+//! The kernel-socket modes of ainftp-perf: a UDP echo server built from
+//! the stack's echo service on its kernel UDP backend, and a ping-pong
+//! client that measures round trips with an HDR histogram. Together they
+//! compare ainftp-dp's echo (DPDK) with the kernel's on the same link.
+
+use std::net::{SocketAddrV4, UdpSocket};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use hdrhistogram::Histogram;
+use serde_json::json;
+use stack::counters::SharedCounters;
+use stack::io::kernel::{KernelUdp, KernelUdpConfig};
+use stack::runtime::{self, Echo, Services};
+
+use super::args::{IdlePolicy, PerfArgs};
+use crate::error::{Error, Result};
+
+fn addr(flag: &str, v: &Option<String>) -> Result<SocketAddrV4> {
+    let v = v
+        .as_ref()
+        .ok_or_else(|| Error::Usage(format!("{flag} ADDR:PORT is required in this mode")))?;
+    v.parse()
+        .map_err(|_| Error::Usage(format!("{flag} {v:?}: expected ADDR:PORT, e.g. 10.0.0.1:7")))
+}
+
+fn stop_flag(duration: f64) -> Result<Arc<AtomicBool>> {
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(sig, stop.clone())
+            .map_err(|e| Error::Io("installing the signal handler".into(), e))?;
+    }
+    if duration > 0.0 {
+        let s = stop.clone();
+        let d = Duration::from_secs_f64(duration);
+        std::thread::spawn(move || {
+            std::thread::sleep(d);
+            s.store(true, Ordering::Relaxed);
+        });
+    }
+    Ok(stop)
+}
+
+/// Serve UDP echo on kernel sockets until the duration ends or a signal.
+pub fn echo(args: &PerfArgs) -> Result<serde_json::Value> {
+    let bind = addr("--bind", &args.bind)?;
+    let mut io = KernelUdp::bind(bind, KernelUdpConfig::default())
+        .map_err(|e| Error::Usage(format!("--bind {bind}: {e}")))?;
+    let stop = stop_flag(args.duration)?;
+    let mut services = Services::new();
+    services.listen(io.local_addr().port(), Box::new(Echo));
+    let idle = match args.idle {
+        IdlePolicy::Busy => runtime::IdlePolicy::Busy,
+        IdlePolicy::Adaptive => runtime::IdlePolicy::Adaptive,
+    };
+    eprintln!(
+        "ainftp-perf: udp echo on {} (kernel sockets)",
+        io.local_addr()
+    );
+    let c = runtime::poll_loop(&mut io, services, &stop, idle, &SharedCounters::default());
+    Ok(json!({
+        "mode": "udp-echo", "bind": io.local_addr().to_string(),
+        "rx": c.rx_packets, "tx": c.tx_packets, "drops": c.total_drops(),
+    }))
+}
+
+/// Round trips to `--target`, one at a time, spinning on a non-blocking
+/// socket (no wake-up latency in the measurement).
+pub fn pingpong(args: &PerfArgs) -> Result<serde_json::Value> {
+    let target = addr("--target", &args.target)?;
+    let sock = UdpSocket::bind("0.0.0.0:0")
+        .and_then(|s| s.connect(target).map(|_| s))
+        .and_then(|s| s.set_nonblocking(true).map(|_| s))
+        .map_err(|e| Error::Io(format!("socket to {target}"), e))?;
+    let stop = stop_flag(0.0)?;
+    let mut hist = Histogram::<u64>::new_with_bounds(1, 10_000_000_000, 3).expect("valid bounds");
+    let mut payload = vec![0u8; args.size as usize];
+    let mut buf = vec![0u8; 2048];
+    let (mut lost, mut stray) = (0u64, 0u64);
+    let total = args.warmup + args.count;
+    for seq in 0..total {
+        if stop.load(Ordering::Relaxed) {
+            break;
+        }
+        payload[..8].copy_from_slice(&seq.to_be_bytes());
+        let sent_at = Instant::now();
+        if let Err(e) = sock.send(&payload) {
+            return Err(Error::Io(format!("send to {target}"), e));
+        }
+        let deadline = sent_at + Duration::from_secs(1);
+        loop {
+            match sock.recv(&mut buf) {
+                Ok(n) if n >= 8 && buf[..8] == payload[..8] => {
+                    if seq >= args.warmup {
+                        hist.saturating_record(sent_at.elapsed().as_nanos() as u64);
+                    }
+                    break;
+                }
+                Ok(_) => stray += 1,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    if Instant::now() > deadline {
+                        lost += 1;
+                        break;
+                    }
+                    std::hint::spin_loop();
+                }
+                Err(e) => return Err(Error::Io(format!("receive from {target}"), e)),
+            }
+        }
+    }
+    let us = |q: f64| hist.value_at_quantile(q) as f64 / 1000.0;
+    eprintln!(
+        "ainftp-perf: {} round trips of {} B to {target}: p50 {:.1} us  p99 {:.1} us  p999 {:.1} us  max {:.1} us  lost {lost}",
+        hist.len(), args.size, us(0.5), us(0.99), us(0.999), hist.max() as f64 / 1000.0
+    );
+    Ok(json!({
+        "mode": "udp-pingpong", "target": target.to_string(), "size": args.size,
+        "count": hist.len(), "lost": lost, "stray": stray,
+        "p50_us": us(0.5), "p99_us": us(0.99), "p999_us": us(0.999),
+        "max_us": hist.max() as f64 / 1000.0,
+    }))
+}
