@@ -118,6 +118,9 @@ pub struct NeighbourCache<P> {
     cfg: NeighbourConfig,
     local: HashMap<Ipv4Addr, Entry>,
     local_generation: u64,
+    /// The last address looked up: a flow's packets ask for the same
+    /// next hop again and again, and this skips the hash.
+    last: Option<(Ipv4Addr, Entry)>,
     pending: HashMap<Ipv4Addr, Pending<P>>,
     queued: usize,
 }
@@ -131,6 +134,7 @@ impl<P> NeighbourCache<P> {
             cfg,
             local,
             local_generation,
+            last: None,
             pending: HashMap::new(),
             queued: 0,
         }
@@ -146,9 +150,19 @@ impl<P> NeighbourCache<P> {
         if generation != self.local_generation {
             self.local = self.table.copy();
             self.local_generation = generation;
+            self.last = None;
         }
-        self.local
-            .get(&ip)
+        let entry = match self.last {
+            Some((last_ip, e)) if last_ip == ip => Some(e),
+            _ => {
+                let e = self.local.get(&ip).copied();
+                if let Some(e) = e {
+                    self.last = Some((ip, e));
+                }
+                e
+            }
+        };
+        entry
             .filter(|e| e.expires.map_or(true, |t| t > now))
             .map(|e| e.mac)
     }

@@ -231,9 +231,7 @@ impl DpdkIo {
 
     /// Queue a finished frame for the tx queue.
     fn hold(&mut self, m: Mbuf) {
-        if self.tx_batch.push(m).is_err() {
-            self.counters.drop(DropReason::TxFull);
-        }
+        hold(&mut self.tx_batch, &mut self.counters, m);
     }
 
     /// Hand held frames to the NIC; what it has no room for stays held.
@@ -283,21 +281,6 @@ impl DpdkIo {
             Host::<Mbuf>::set_dst_mac(m.data_mut(), mac);
             self.hold(m);
         }
-    }
-
-    /// Steer frames that belong to other lcores; true if `m` was taken.
-    fn steer(&mut self, m: Mbuf) -> Option<Mbuf> {
-        let Some(s) = self.steering.as_mut() else {
-            return Some(m);
-        };
-        let owner = s.owner(m.data());
-        if owner == s.me {
-            return Some(m);
-        }
-        if s.batches[owner].push(m).is_err() {
-            self.counters.drop(DropReason::SteerRingFull);
-        }
-        None
     }
 
     fn flush_steered(&mut self) {
@@ -358,6 +341,27 @@ impl DpdkIo {
     }
 }
 
+fn hold(tx_batch: &mut MbufBatch<TX_HOLD>, counters: &mut Counters, m: Mbuf) {
+    if tx_batch.push(m).is_err() {
+        counters.drop(DropReason::TxFull);
+    }
+}
+
+/// Hand `m` to the lcore that owns its flow, if that is not this one.
+fn steer(steering: &mut Option<Steering>, counters: &mut Counters, m: Mbuf) -> Option<Mbuf> {
+    let Some(s) = steering.as_mut() else {
+        return Some(m);
+    };
+    let owner = s.owner(m.data());
+    if owner == s.me {
+        return Some(m);
+    }
+    if s.batches[owner].push(m).is_err() {
+        counters.drop(DropReason::SteerRingFull);
+    }
+    None
+}
+
 impl PacketIo for DpdkIo {
     type Buf = UdpMbuf;
 
@@ -372,12 +376,25 @@ impl PacketIo for DpdkIo {
         self.counters.rx_bursts += 1;
         let now = Instant::now();
         let before = out.len();
-        let mut batch = std::mem::take(&mut self.rx_batch);
-        for m in batch.drain() {
-            let Some(mut m) = self.steer(m) else { continue };
-            self.counters.rx_packets += 1;
-            self.counters.rx_bytes += m.len() as u64;
-            let csum = if self.rx_checksum_offload {
+        // Borrow the fields one by one: the batch is drained while the host,
+        // counters and tx batch are used.
+        let DpdkIo {
+            rx_batch,
+            steering,
+            counters,
+            host,
+            tx_batch,
+            rx_checksum_offload,
+            max_payload,
+            ..
+        } = self;
+        for m in rx_batch.drain() {
+            let Some(mut m) = steer(steering, counters, m) else {
+                continue;
+            };
+            counters.rx_packets += 1;
+            counters.rx_bytes += m.len() as u64;
+            let csum = if *rx_checksum_offload {
                 m.rx_checksum()
             } else {
                 RxChecksum {
@@ -385,10 +402,7 @@ impl PacketIo for DpdkIo {
                     l4: CsumStatus::Unknown,
                 }
             };
-            match self
-                .host
-                .classify(m.data_mut(), csum, now, &mut self.counters)
-            {
+            match host.classify(m.data_mut(), csum, now, counters) {
                 Verdict::Udp(meta) => {
                     // Both fit: classify checked the lengths.
                     let _ = m.adj(meta.payload_offset);
@@ -398,19 +412,18 @@ impl PacketIo for DpdkIo {
                         mbuf: m,
                         peer: meta.peer,
                         local_port: meta.local_port,
-                        capacity: meta.payload_len.max(self.max_payload),
+                        capacity: meta.payload_len.max(*max_payload),
                     });
                 }
                 Verdict::Reply { len } => {
                     let extra = m.len().saturating_sub(len);
                     let _ = m.trim(extra);
-                    self.hold(m);
+                    hold(tx_batch, counters, m);
                 }
                 Verdict::Consumed => {}
-                Verdict::Drop(reason) => self.counters.drop(reason),
+                Verdict::Drop(reason) => counters.drop(reason),
             }
         }
-        self.rx_batch = batch;
         self.flush_steered();
         self.release_resolved(now);
         out.len() - before

@@ -216,16 +216,27 @@ impl UdpRepr {
     ) -> Result<()> {
         let len = u16::try_from(self.buffer_len(payload_len)).map_err(|_| Error::Malformed)?;
         let buf = buf.get_mut(..usize::from(len)).ok_or(Error::Truncated)?;
+        let pseudo = pseudo_header_checksum(src_addr, dst_addr, len);
+        let value = match mode {
+            // The header is summed from the values and only the payload is
+            // read from `buf`: loads of bytes just stored stall on store
+            // forwarding.
+            ChecksumMode::Software => {
+                let header = u64::from(self.src_port) + u64::from(self.dst_port) + u64::from(len);
+                let payload = u64::from(checksum::data(&buf[HEADER_LEN..]));
+                let sum = checksum::fold(payload + header + u64::from(pseudo));
+                match checksum::finish(sum) {
+                    0 => 0xffff, // 0 means "no checksum" in UDP over IPv4
+                    c => c,
+                }
+            }
+            ChecksumMode::Offload => pseudo,
+        };
         let mut p = UdpPacket::new_unchecked(buf);
         p.set_src_port(self.src_port);
         p.set_dst_port(self.dst_port);
         p.set_len(len);
-        match mode {
-            ChecksumMode::Software => p.fill_checksum(src_addr, dst_addr),
-            ChecksumMode::Offload => {
-                p.set_checksum(pseudo_header_checksum(src_addr, dst_addr, len))
-            }
-        }
+        p.set_checksum(value);
         Ok(())
     }
 }
