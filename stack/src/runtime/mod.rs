@@ -297,7 +297,7 @@ impl Runtime {
             queue_map,
             rss_key,
             idle: cfg.idle,
-            impair: cfg.impair.clone(),
+            impair: cfg.impair,
         })
     }
 
@@ -357,7 +357,6 @@ impl Runtime {
             }
             let stop = stop.clone();
             let lc = w.lcore;
-            let impair = impair.clone();
             joins.push(lcore::launch(&eal, lc, move || {
                 run_worker(w, svc, &stop, idle, impair)
             })?);
