@@ -161,71 +161,8 @@ pub enum KernelUdpError {
     },
 }
 
-/// One UDP datagram in a heap buffer of `max_payload` bytes.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct KernelDatagram {
-    /// Always `capacity()` bytes long; `len` says how many are payload.
-    buf: Vec<u8>,
-    len: usize,
-    peer: SocketAddrV4,
-    local_port: u16,
-}
-
-impl KernelDatagram {
-    /// An empty datagram with room for `capacity` payload bytes.
-    pub fn new(capacity: usize) -> Self {
-        Self::from_vec(vec![0; capacity])
-    }
-
-    fn from_vec(buf: Vec<u8>) -> Self {
-        Self {
-            buf,
-            len: 0,
-            peer: SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0),
-            local_port: 0,
-        }
-    }
-}
-
-impl Datagram for KernelDatagram {
-    fn payload(&self) -> &[u8] {
-        &self.buf[..self.len]
-    }
-
-    fn payload_mut(&mut self) -> &mut [u8] {
-        &mut self.buf[..self.len]
-    }
-
-    /// Panics if `len > capacity()`.
-    fn set_len(&mut self, len: usize) {
-        assert!(
-            len <= self.buf.len(),
-            "KernelDatagram::set_len({len}) beyond capacity {}",
-            self.buf.len()
-        );
-        self.len = len;
-    }
-
-    fn capacity(&self) -> usize {
-        self.buf.len()
-    }
-
-    fn peer(&self) -> SocketAddrV4 {
-        self.peer
-    }
-
-    fn set_peer(&mut self, peer: SocketAddrV4) {
-        self.peer = peer;
-    }
-
-    fn local_port(&self) -> u16 {
-        self.local_port
-    }
-
-    fn set_local_port(&mut self, port: u16) {
-        self.local_port = port;
-    }
-}
+/// Datagrams of the kernel backend live in heap buffers of `max_payload`.
+pub type KernelDatagram = super::heap::HeapDatagram;
 
 /// [`PacketIo`] over one non-blocking kernel UDP socket.
 pub struct KernelUdp {
@@ -424,7 +361,7 @@ impl KernelUdp {
     /// Give a buffer (e.g. a received datagram the caller is done with) back
     /// to the free list `alloc` draws from.
     pub fn recycle(&mut self, d: KernelDatagram) {
-        self.put_free(d.buf);
+        self.put_free(d.into_vec());
     }
 
     fn put_free(&mut self, buf: Vec<u8>) {
@@ -453,12 +390,11 @@ impl KernelUdp {
         buf[..chunk_len].copy_from_slice(&self.rx_bufs[buf_idx][off..off + chunk_len]);
         self.stats.rx_datagrams += 1;
         self.stats.rx_bytes += chunk_len as u64;
-        Some(KernelDatagram {
-            buf,
-            len: chunk_len,
-            peer,
-            local_port: self.local.port(),
-        })
+        let mut d = KernelDatagram::from_vec(buf);
+        d.set_len(chunk_len);
+        d.set_peer(peer);
+        d.set_local_port(self.local.port());
+        Some(d)
     }
 
     /// Length of the run of datagrams starting at `i` that one send carries.
@@ -668,7 +604,7 @@ impl PacketIo for KernelUdp {
             }
         }
         for d in bufs.drain(..i) {
-            self.put_free(d.buf);
+            self.put_free(d.into_vec());
         }
         i
     }

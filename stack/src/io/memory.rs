@@ -41,85 +41,8 @@ pub const MIN_MTU: usize = 68;
 /// At most this many spare buffers are kept per endpoint for `alloc`.
 const FREE_LIST_MAX: usize = 1024;
 
-/// One datagram: a heap buffer of fixed capacity with a payload length.
-#[derive(Clone, PartialEq, Eq)]
-pub struct MemDatagram {
-    data: Vec<u8>,
-    len: usize,
-    peer: SocketAddrV4,
-    local_port: u16,
-}
-
-impl MemDatagram {
-    /// An empty datagram with room for `capacity` payload bytes, peer
-    /// `0.0.0.0:0` and local port 0.
-    pub fn new(capacity: usize) -> Self {
-        MemDatagram {
-            data: vec![0; capacity],
-            len: 0,
-            peer: SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0),
-            local_port: 0,
-        }
-    }
-
-    fn reset(&mut self) {
-        self.len = 0;
-        self.peer = SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0);
-        self.local_port = 0;
-    }
-}
-
-impl fmt::Debug for MemDatagram {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("MemDatagram")
-            .field("len", &self.len)
-            .field("capacity", &self.data.len())
-            .field("peer", &self.peer)
-            .field("local_port", &self.local_port)
-            .finish()
-    }
-}
-
-impl Datagram for MemDatagram {
-    fn payload(&self) -> &[u8] {
-        &self.data[..self.len]
-    }
-
-    fn payload_mut(&mut self) -> &mut [u8] {
-        &mut self.data[..self.len]
-    }
-
-    /// # Panics
-    /// If `len > capacity()`.
-    fn set_len(&mut self, len: usize) {
-        assert!(
-            len <= self.data.len(),
-            "MemDatagram::set_len({len}) beyond capacity {}",
-            self.data.len()
-        );
-        self.len = len;
-    }
-
-    fn capacity(&self) -> usize {
-        self.data.len()
-    }
-
-    fn peer(&self) -> SocketAddrV4 {
-        self.peer
-    }
-
-    fn set_peer(&mut self, peer: SocketAddrV4) {
-        self.peer = peer;
-    }
-
-    fn local_port(&self) -> u16 {
-        self.local_port
-    }
-
-    fn set_local_port(&mut self, port: u16) {
-        self.local_port = port;
-    }
-}
+/// Datagrams of the in-memory network live in heap buffers.
+pub type MemDatagram = super::heap::HeapDatagram;
 
 /// Network-wide settings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

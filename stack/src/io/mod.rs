@@ -7,6 +7,7 @@
 //!   wrapper around any other backend.
 
 pub mod dpdk;
+pub mod heap;
 pub mod impair;
 pub mod kernel;
 pub mod memory;
