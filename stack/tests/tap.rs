@@ -8,7 +8,9 @@ use std::net::{Ipv4Addr, SocketAddrV4};
 
 use common::*;
 use stack::counters::DropReason;
-use stack::runtime::{Echo, RuntimeConfig, Services};
+use stack::io::dpdk::UdpMbuf;
+use stack::io::Datagram;
+use stack::runtime::{Echo, RuntimeConfig, Services, UdpHandler};
 
 #[test]
 fn kernel_pings_us_and_udp_echo_is_byte_exact_for_every_size() {
@@ -40,6 +42,17 @@ fn kernel_pings_us_and_udp_echo_is_byte_exact_for_every_size() {
     assert_eq!(report.mbufs_in_use_after_close, 0, "mbuf leak");
 }
 
+/// Answers with the payload reversed: a reply built from scratch (new
+/// headers, next hop from the neighbour cache), unlike the echo's turnaround.
+struct Reverse;
+
+impl UdpHandler<UdpMbuf> for Reverse {
+    fn on_datagram(&mut self, mut d: UdpMbuf, out: &mut Vec<UdpMbuf>) {
+        d.payload_mut().reverse();
+        out.push(d);
+    }
+}
+
 #[test]
 fn we_resolve_the_kernel_by_arp_when_it_never_asks() {
     let eal = eal("0");
@@ -47,7 +60,7 @@ fn we_resolve_the_kernel_by_arp_when_it_never_asks() {
     let cfg = RuntimeConfig::new("net_tap0,iface=ainftap82", us, 24);
     let run = Running::start(&eal, &cfg, |_| {
         let mut s = Services::new();
-        s.listen(7, Box::new(Echo));
+        s.listen(7, Box::new(Reverse));
         s
     });
     tap_up("ainftap82", kernel, 24);
@@ -58,7 +71,13 @@ fn we_resolve_the_kernel_by_arp_when_it_never_asks() {
         "ip neigh replace {us} lladdr {mac} nud permanent dev ainftap82"
     ));
     let sock = udp_socket(kernel);
-    echo_once(&sock, SocketAddrV4::new(us, 7), b"resolve me");
+    sock.send_to(b"resolve me", SocketAddrV4::new(us, 7))
+        .unwrap();
+    let mut buf = [0u8; 64];
+    let (n, _) = sock
+        .recv_from(&mut buf)
+        .expect("reply after our ARP resolution");
+    assert_eq!(&buf[..n], b"em evloser");
     let report = run.finish();
     assert!(report.total.arp_requests_out >= 1, "we asked: {report:?}");
     assert_eq!(report.total.dropped(DropReason::Unresolved), 0);

@@ -359,6 +359,27 @@ impl<P> Host<P> {
         .expect("the frame holds headers and payload");
     }
 
+    /// Turn a received UDP frame (our VLAN, checked by `classify`) into the
+    /// reply to its sender, payload untouched: MACs, addresses and ports
+    /// swapped, our TTL. Swapping keeps both checksums valid (the sums do
+    /// not depend on word order); the TTL change is applied incrementally.
+    pub fn turn_around(&self, frame: &mut [u8]) {
+        let l2 = self.eth_header_len();
+        let mut eth = EthernetFrame::new_unchecked(&mut frame[..]);
+        let sender = eth.src_addr();
+        eth.set_dst_addr(sender);
+        eth.set_src_addr(self.cfg.mac);
+        let mut ip = Ipv4Packet::new_unchecked(&mut frame[l2..]);
+        let l3 = ip.header_len();
+        let old = u16::from_be_bytes([ip.ttl(), ip.protocol()]);
+        let new = u16::from_be_bytes([self.cfg.ttl, ip.protocol()]);
+        ip.swap_addrs();
+        ip.set_ttl(self.cfg.ttl);
+        let sum = wire::checksum::update(ip.checksum(), old, new);
+        ip.set_checksum(sum);
+        UdpPacket::new_unchecked(&mut frame[l2 + l3..]).swap_ports();
+    }
+
     /// Fill in the destination MAC of a frame built earlier.
     pub fn set_dst_mac(frame: &mut [u8], mac: EthernetAddress) {
         EthernetFrame::new_unchecked(frame).set_dst_addr(mac);
@@ -590,6 +611,35 @@ mod tests {
                 "{name}"
             );
         }
+    }
+
+    #[test]
+    fn a_frame_turned_around_is_a_valid_reply_to_its_sender() {
+        let mut h = host();
+        let mut c = Counters::default();
+        let mut f = eth(US, ether_type::IPV4, None, &ipv4(17, &udp(b"ping", 7)));
+        // A TTL other than ours, so the incremental update is exercised.
+        {
+            let mut ip = Ipv4Packet::new_unchecked(&mut f[14..]);
+            ip.set_ttl(3);
+            ip.fill_checksum();
+        }
+        assert!(matches!(classify(&mut h, &mut f, &mut c), Verdict::Udp(_)));
+        h.turn_around(&mut f);
+        let frame = EthernetFrame::new_checked(&f[..]).unwrap();
+        assert_eq!((frame.dst_addr(), frame.src_addr()), (PEER, US));
+        let ip = Ipv4Packet::new_checked(frame.payload()).unwrap();
+        assert!(ip.verify_checksum(), "IPv4 checksum after the TTL change");
+        assert_eq!(
+            (ip.src_addr(), ip.dst_addr(), ip.ttl()),
+            (US_IP, PEER_IP, 64)
+        );
+        let udp = UdpPacket::new_checked(ip.payload()).unwrap();
+        assert!(udp.verify_checksum(US_IP, PEER_IP));
+        assert_eq!(
+            (udp.src_port(), udp.dst_port(), udp.payload()),
+            (7, 5555, &b"ping"[..])
+        );
     }
 
     #[test]

@@ -30,6 +30,19 @@ pub struct UdpMbuf {
     peer: SocketAddrV4,
     local_port: u16,
     capacity: usize,
+    /// Set on receive and kept while the payload is untouched: a reply to
+    /// the sender can then reuse the received headers turned around (the
+    /// checksums stay valid) instead of building new ones.
+    turnaround: Option<Turnaround>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Turnaround {
+    /// Header bytes stripped in front of the payload.
+    hdr_len: usize,
+    peer: SocketAddrV4,
+    local_port: u16,
+    payload_len: usize,
 }
 
 impl UdpMbuf {
@@ -44,10 +57,12 @@ impl Datagram for UdpMbuf {
     }
 
     fn payload_mut(&mut self) -> &mut [u8] {
+        self.turnaround = None;
         self.mbuf.data_mut()
     }
 
     fn set_len(&mut self, len: usize) {
+        self.turnaround = None;
         let len = len.min(self.capacity);
         let cur = self.mbuf.len();
         // Both fit: capacity was bounded by the tailroom at allocation.
@@ -298,7 +313,26 @@ impl DpdkIo {
         }
     }
 
+    /// A reply to the sender of an untouched payload: turn the received
+    /// headers around. False when `d` does not qualify.
+    fn turn_around(&mut self, d: &mut UdpMbuf) -> bool {
+        let Some(t) = d.turnaround.take() else {
+            return false;
+        };
+        let same = t.peer == d.peer && t.local_port == d.local_port;
+        if !same || d.mbuf.len() != t.payload_len || d.mbuf.prepend(t.hdr_len).is_err() {
+            return false;
+        }
+        self.host.turn_around(d.mbuf.data_mut());
+        true
+    }
+
     fn frame_out(&mut self, mut d: UdpMbuf, now: Instant) {
+        if self.turn_around(&mut d) {
+            self.counters.udp_out += 1;
+            self.hold(d.mbuf);
+            return;
+        }
         let peer = d.peer;
         let cfg = self.host.config();
         let broadcast = peer.ip().is_broadcast() || *peer.ip() == cfg.broadcast();
@@ -413,6 +447,12 @@ impl PacketIo for DpdkIo {
                         peer: meta.peer,
                         local_port: meta.local_port,
                         capacity: meta.payload_len.max(*max_payload),
+                        turnaround: Some(Turnaround {
+                            hdr_len: meta.payload_offset,
+                            peer: meta.peer,
+                            local_port: meta.local_port,
+                            payload_len: meta.payload_len,
+                        }),
                     });
                 }
                 Verdict::Reply { len } => {
@@ -438,6 +478,7 @@ impl PacketIo for DpdkIo {
                     peer: SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0),
                     local_port: 0,
                     capacity,
+                    turnaround: None,
                 })
             }
             Err(_) => {
