@@ -23,6 +23,7 @@ WORK=$(mktemp -d /tmp/ainftp-bench-stack.XXXXXX)
 
 cleanup() {
     ip link del bench-la 2>/dev/null || true
+    ip link del bench-xa 2>/dev/null || true
     ip netns del bench-ns 2>/dev/null || true
     rm -rf "$WORK"
 }
@@ -79,6 +80,37 @@ for r in $(seq "$RUNS"); do
 done
 tp=$(median <"$WORK/tp.rates"); dp=$(median <"$WORK/dp.rates")
 awk -v t="$tp" -v d="$dp" 'BEGIN {printf "median: testpmd macswap %.2f Mpps, ainftp-dp udp echo %.2f Mpps, ratio %.3f\n", t/1e6, d/1e6, (t>0 ? d/t : 0)}'
+
+echo "== UDP echo on one lcore over af_xdp (veth pair; testpmd txonly generates on the other end) =="
+ip link del bench-xa 2>/dev/null || true
+ip link add bench-xa type veth peer name bench-xb
+ip link set bench-xa up; ip link set bench-xb up
+GEN_MAC=$(cat /sys/class/net/bench-xb/address)
+generator() {
+    timeout -s INT $((DURATION + 6)) "$TESTPMD" -l 0-1 --main-lcore 1 --no-pci --in-memory --log-level='*:warning' \
+        --vdev net_af_xdp1,iface=bench-xb -- --forward-mode=txonly --nb-cores=1 --stats-period 1 \
+        --eth-peer=0,02:00:00:00:00:02 --tx-ip=10.97.0.1,10.97.0.2 --tx-udp=1000,7 >/dev/null 2>&1 &
+    gen=$!
+}
+: >"$WORK/tpx.rates"; : >"$WORK/dpx.rates"
+for r in $(seq "$RUNS"); do
+    generator
+    timeout -s INT $((DURATION + 3)) "$TESTPMD" -l 0-1 --no-pci --in-memory --log-level='*:warning' \
+        --vdev net_af_xdp0,iface=bench-xa -- --forward-mode=macswap --nb-cores=1 --stats-period 1 \
+        >"$WORK/tpx.log" 2>&1 || true
+    kill -INT $gen 2>/dev/null || true; wait $gen 2>/dev/null || true
+    testpmd_rate "$WORK/tpx.log" >>"$WORK/tpx.rates"
+    generator
+    "$DP" --lcores 1 --vdev net_af_xdp0,iface=bench-xa --ip 10.97.0.2/24 --mac 02:00:00:00:00:02 \
+        --neighbour "10.97.0.1=$GEN_MAC" --udp-echo 7 --idle busy \
+        --stats-period 1 --duration "$DURATION" >"$WORK/dpx.log" 2>&1 || true
+    kill -INT $gen 2>/dev/null || true; wait $gen 2>/dev/null || true
+    dp_rate "$WORK/dpx.log" >>"$WORK/dpx.rates"
+    echo "run $r: testpmd macswap $(tail -1 "$WORK/tpx.rates") pps, ainftp-dp udp echo $(tail -1 "$WORK/dpx.rates") pps"
+done
+ip link del bench-xa
+tp=$(median <"$WORK/tpx.rates"); dp=$(median <"$WORK/dpx.rates")
+awk -v t="$tp" -v d="$dp" 'BEGIN {printf "median: testpmd macswap %.3f Mpps, ainftp-dp udp echo %.3f Mpps, ratio %.3f\n", t/1e6, d/1e6, (t>0 ? d/t : 0)}'
 
 echo "== UDP ping-pong over a veth pair: kernel client in a netns =="
 ip netns del bench-ns 2>/dev/null || true
