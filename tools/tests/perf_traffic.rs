@@ -6,19 +6,9 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use pnet_datalink::{Channel, Config, NetworkInterface};
+use stack::wire::checksum;
 
 const PERF: &str = env!("CARGO_BIN_EXE_ainftp-perf");
-
-fn internet_checksum(data: &[u8]) -> u16 {
-    let mut sum: u32 = data
-        .chunks(2)
-        .map(|c| u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)]) as u32)
-        .sum();
-    while sum >> 16 != 0 {
-        sum = (sum & 0xffff) + (sum >> 16);
-    }
-    !(sum as u16)
-}
 
 fn wait_for_interface(name: &str, limit: Duration) -> NetworkInterface {
     let deadline = Instant::now() + limit;
@@ -90,7 +80,11 @@ fn txonly_frames_on_net_tap_arrive_at_the_kernel_byte_exact() {
             SIZE - 14,
             "IP total length"
         );
-        assert_eq!(internet_checksum(&f[14..34]), 0, "IP header checksum");
+        assert_eq!(
+            checksum::finish(checksum::data(&f[14..34])),
+            0,
+            "IP header checksum"
+        );
         assert_eq!(f[23], 17, "UDP");
         assert_eq!(&f[30..34], &[198, 18, 0, 2]);
         assert_eq!(u16::from_be_bytes([f[36], f[37]]), 9, "UDP dst port");
