@@ -182,6 +182,9 @@ pub struct DpdkIo {
     rx_checksum_offload: bool,
     rx_batch: MbufBatch<RX_BURST>,
     tx_batch: MbufBatch<TX_HOLD>,
+    /// Bytes in `tx_batch`, kept as frames are held, so a flush need not
+    /// walk the batch to count what left.
+    tx_held_bytes: usize,
     steering: Option<Steering>,
     counters: Counters,
     max_payload: usize,
@@ -212,6 +215,7 @@ impl DpdkIo {
             host,
             rx_batch: MbufBatch::new(),
             tx_batch: MbufBatch::new(),
+            tx_held_bytes: 0,
             steering,
             counters: Counters::default(),
             max_payload,
@@ -246,7 +250,12 @@ impl DpdkIo {
 
     /// Queue a finished frame for the tx queue.
     fn hold(&mut self, m: Mbuf) {
-        hold(&mut self.tx_batch, &mut self.counters, m);
+        hold(
+            &mut self.tx_batch,
+            &mut self.tx_held_bytes,
+            &mut self.counters,
+            m,
+        );
     }
 
     /// Hand held frames to the NIC; what it has no room for stays held.
@@ -255,16 +264,17 @@ impl DpdkIo {
         if self.tx_batch.is_empty() {
             return;
         }
-        let before: usize = self.tx_batch.iter().map(Mbuf::len).sum();
         let sent = match &mut self.tx {
             TxPath::Queue(q) => q.tx_burst(&mut self.tx_batch),
             TxPath::ToSteerer(ring) => ring.enqueue_burst(&mut self.tx_batch),
         };
         if sent > 0 {
-            let after: usize = self.tx_batch.iter().map(Mbuf::len).sum();
+            // What the device took is usually all of it: walk only the rest.
+            let left: usize = self.tx_batch.iter().map(Mbuf::len).sum();
             self.counters.tx_packets += sent as u64;
-            self.counters.tx_bytes += (before - after) as u64;
+            self.counters.tx_bytes += (self.tx_held_bytes - left) as u64;
             self.counters.tx_bursts += 1;
+            self.tx_held_bytes = left;
         }
     }
 
@@ -375,8 +385,16 @@ impl DpdkIo {
     }
 }
 
-fn hold(tx_batch: &mut MbufBatch<TX_HOLD>, counters: &mut Counters, m: Mbuf) {
-    if tx_batch.push(m).is_err() {
+fn hold(
+    tx_batch: &mut MbufBatch<TX_HOLD>,
+    held_bytes: &mut usize,
+    counters: &mut Counters,
+    m: Mbuf,
+) {
+    let len = m.len();
+    if tx_batch.push(m).is_ok() {
+        *held_bytes += len;
+    } else {
         counters.drop(DropReason::TxFull);
     }
 }
@@ -418,6 +436,7 @@ impl PacketIo for DpdkIo {
             counters,
             host,
             tx_batch,
+            tx_held_bytes,
             rx_checksum_offload,
             max_payload,
             ..
@@ -458,7 +477,7 @@ impl PacketIo for DpdkIo {
                 Verdict::Reply { len } => {
                     let extra = m.len().saturating_sub(len);
                     let _ = m.trim(extra);
-                    hold(tx_batch, counters, m);
+                    hold(tx_batch, tx_held_bytes, counters, m);
                 }
                 Verdict::Consumed => {}
                 Verdict::Drop(reason) => counters.drop(reason),
