@@ -42,6 +42,15 @@ pub enum IdlePolicy {
     Adaptive,
 }
 
+impl From<IdlePolicy> for stack::runtime::IdlePolicy {
+    fn from(p: IdlePolicy) -> Self {
+        match p {
+            IdlePolicy::Busy => stack::runtime::IdlePolicy::Busy,
+            IdlePolicy::Adaptive => stack::runtime::IdlePolicy::Adaptive,
+        }
+    }
+}
+
 /// Packet forwarding in the style of dpdk-testpmd, on DPDK ports.
 ///
 /// Ports are paired 0<->1, 2<->3 (an odd last port forwards to itself).

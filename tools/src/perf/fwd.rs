@@ -58,10 +58,7 @@ pub struct Engine {
 /// Run the streams until `stop` is set. Returns nothing: the counters are
 /// the port statistics and `drops`.
 pub fn run(engine: &Engine, mut streams: Vec<Stream>) {
-    let mut backoff = Backoff::new(match engine.idle {
-        IdlePolicy::Busy => stack::runtime::IdlePolicy::Busy,
-        IdlePolicy::Adaptive => stack::runtime::IdlePolicy::Adaptive,
-    });
+    let mut backoff = Backoff::new(engine.idle.into());
     if engine.tx_first {
         for s in streams.iter_mut() {
             // Poll first: some PMDs (memif) hand their rx ring to the peer

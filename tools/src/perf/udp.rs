@@ -14,7 +14,7 @@ use stack::counters::SharedCounters;
 use stack::io::kernel::{KernelUdp, KernelUdpConfig};
 use stack::runtime::{self, Echo, Services};
 
-use super::args::{IdlePolicy, PerfArgs};
+use super::args::PerfArgs;
 use crate::error::{Error, Result};
 
 fn addr(flag: &str, v: &Option<String>) -> Result<SocketAddrV4> {
@@ -50,10 +50,7 @@ pub fn echo(args: &PerfArgs) -> Result<serde_json::Value> {
     let stop = stop_flag(args.duration)?;
     let mut services = Services::new();
     services.listen(io.local_addr().port(), Box::new(Echo));
-    let idle = match args.idle {
-        IdlePolicy::Busy => runtime::IdlePolicy::Busy,
-        IdlePolicy::Adaptive => runtime::IdlePolicy::Adaptive,
-    };
+    let idle = args.idle.into();
     eprintln!(
         "ainftp-perf: udp echo on {} (kernel sockets)",
         io.local_addr()
