@@ -74,9 +74,7 @@ fn we_resolve_the_kernel_by_arp_when_it_never_asks() {
     sock.send_to(b"resolve me", SocketAddrV4::new(us, 7))
         .unwrap();
     let mut buf = [0u8; 64];
-    let (n, _) = sock
-        .recv_from(&mut buf)
-        .expect("reply after our ARP resolution");
+    let (n, _) = recv(&sock, &mut buf).expect("reply after our ARP resolution");
     assert_eq!(&buf[..n], b"em evloser");
     let report = run.finish();
     assert!(report.total.arp_requests_out >= 1, "we asked: {report:?}");
@@ -106,7 +104,7 @@ fn many_flows_at_once_each_get_their_own_bytes_back() {
         }
         let mut buf = [0u8; 2048];
         for (i, s) in socks.iter().enumerate() {
-            let (n, _) = s.recv_from(&mut buf).expect("echo of a flow");
+            let (n, _) = recv(s, &mut buf).expect("echo of a flow");
             assert_eq!(&buf[..n], &pattern(64 + i * 40, round ^ i as u8)[..]);
         }
     }
@@ -133,11 +131,11 @@ fn impairment_on_a_real_port_drops_what_it_says() {
     let to = SocketAddrV4::new(us, 7);
     echo_once(&sock, to, b"warm up ARP"); // retries until one gets through
     let mut buf = [0u8; 64];
-    while sock.recv_from(&mut buf).is_ok() {} // late copies of the warm-up
+    while recv(&sock, &mut buf).is_ok() {} // late copies of the warm-up
     let mut echoed = 0;
     for i in 0..400u32 {
         sock.send_to(&i.to_be_bytes(), to).unwrap();
-        if sock.recv_from(&mut buf).is_ok() {
+        if recv(&sock, &mut buf).is_ok() {
             echoed += 1;
         }
     }

@@ -95,7 +95,7 @@ pub fn echo_once(sock: &UdpSocket, to: SocketAddrV4, payload: &[u8]) {
         sock.send_to(payload, to).unwrap();
         let resend_at = Instant::now() + Duration::from_millis(500);
         while Instant::now() < resend_at {
-            match sock.recv_from(&mut buf) {
+            match recv(sock, &mut buf) {
                 Ok((n, from)) => {
                     assert_eq!(from, std::net::SocketAddr::V4(to), "reply from the echo");
                     if &buf[..n] == payload {
@@ -111,6 +111,17 @@ pub fn echo_once(sock: &UdpSocket, to: SocketAddrV4, payload: &[u8]) {
         "no exact echo of {} bytes from {to} ({others} other replies)",
         payload.len()
     );
+}
+
+/// `recv_from`, retried when a signal interrupts it: net_tap asks for
+/// SIGIO on its queues, and signals reach this process's socket calls too.
+pub fn recv(sock: &UdpSocket, buf: &mut [u8]) -> std::io::Result<(usize, std::net::SocketAddr)> {
+    loop {
+        match sock.recv_from(buf) {
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            other => return other,
+        }
+    }
 }
 
 pub fn udp_socket(bind: Ipv4Addr) -> UdpSocket {
