@@ -5,6 +5,7 @@
 pub mod counters;
 pub mod host;
 pub mod io;
+pub mod quic;
 pub mod rss;
 pub mod runtime;
 pub mod wire;

@@ -1,0 +1,762 @@
+//! One lcore's QUIC endpoint: a connection table keyed by connection ID,
+//! server accept (with Retry and a handshake limit) and client connect,
+//! timers, pacing, and the stream / datagram API for the layers above.
+//!
+//! The endpoint does no I/O of its own: `recv` takes datagrams from a
+//! backend, `send` fills buffers the backend allocated, and `drive` does
+//! one round of both. Call `drive` (or the three steps) from the lcore's
+//! loop; application work goes between calls.
+
+use std::collections::{HashMap, VecDeque};
+use std::net::{SocketAddr, SocketAddrV4};
+use std::time::{Duration, Instant};
+
+use quiche::ConnectionId;
+use rand::SeedableRng;
+use tracing::{debug, warn};
+
+use super::cid::{new_cid, CID_LEN};
+use super::config::{QuicConfig, Trust};
+use super::token::TokenKey;
+use super::QuicError;
+use crate::io::impair::DelayQueue;
+use crate::io::{Datagram, PacketIo};
+
+/// Datagrams taken from the backend per `drive`.
+const RX_BURST: usize = 32;
+/// Datagrams waiting for the device at most; beyond this the endpoint stops
+/// asking quiche for more (quiche keeps the data and retransmits as needed,
+/// so this is backpressure, not loss).
+const MAX_TX_PENDING: usize = 256;
+/// Packets held back for pacing at most.
+const MAX_PACED: usize = 1024;
+/// TLS alert certificate_required (116) as a QUIC CRYPTO_ERROR (0x100 + alert).
+const CERTIFICATE_REQUIRED: u64 = 0x100 + 116;
+
+/// A connection of this endpoint. Stays valid (and unique) after the
+/// connection closes; calls on it then fail with `NoConnection`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ConnHandle(u64);
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CloseReason {
+    /// Closed by this side (`close`, or a protocol error found here).
+    Local {
+        app: bool,
+        code: u64,
+        reason: Vec<u8>,
+    },
+    /// Closed by the peer.
+    Peer {
+        app: bool,
+        code: u64,
+        reason: Vec<u8>,
+    },
+    /// No packet from the peer within the idle timeout.
+    IdleTimeout,
+    /// Refused here: the peer did not prove cluster membership.
+    Refused(&'static str),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    Established {
+        conn: ConnHandle,
+        peer: SocketAddrV4,
+        alpn: Vec<u8>,
+    },
+    Closed {
+        conn: ConnHandle,
+        peer: SocketAddrV4,
+        /// Whether the handshake had completed.
+        established: bool,
+        reason: CloseReason,
+    },
+}
+
+/// What happened at the endpoint, beyond any one connection.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct EndpointStats {
+    pub datagrams_in: u64,
+    pub datagrams_out: u64,
+    /// Received datagrams that are not QUIC packets at all.
+    pub junk: u64,
+    /// Packets for connections we do not have (and not an Initial).
+    pub unknown_connection: u64,
+    pub version_negotiations: u64,
+    pub retries_sent: u64,
+    /// Initials with a token that is forged, expired or for another address.
+    pub bad_tokens: u64,
+    /// Initials dropped because too many handshakes were in progress.
+    pub handshake_limited: u64,
+    pub accepted: u64,
+    pub connected: u64,
+    /// Peers refused for lack of a cluster certificate.
+    pub refused: u64,
+    pub closed: u64,
+    /// Buffers the backend could not allocate when quiche had data.
+    pub alloc_failures: u64,
+}
+
+/// A connection's transport statistics.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ConnStats {
+    pub rtt: Duration,
+    pub cwnd: usize,
+    pub packets_sent: usize,
+    pub packets_received: usize,
+    pub packets_lost: usize,
+    pub bytes_sent: u64,
+    pub bytes_received: u64,
+    pub bytes_lost: u64,
+}
+
+struct Conn {
+    q: quiche::Connection,
+    peer: SocketAddrV4,
+    local_port: u16,
+    established: bool,
+    server: bool,
+    next_bidi: u64,
+    next_uni: u64,
+    /// Our IDs for this connection in `by_cid`, removed when it closes.
+    cids: Vec<CidKey>,
+    refused: Option<&'static str>,
+}
+
+pub struct Endpoint<B: Datagram> {
+    lcore: u8,
+    config: QuicConfig,
+    server_config: Option<quiche::Config>,
+    client_config: quiche::Config,
+    require_client_cert: bool,
+    conns: HashMap<u64, Conn>,
+    by_cid: HashMap<CidKey, u64>,
+    /// Round-robin order for sending, so no connection starves the rest.
+    order: Vec<u64>,
+    cursor: usize,
+    next_handle: u64,
+    handshakes: usize,
+    events: VecDeque<Event>,
+    tokens: TokenKey,
+    paced: DelayQueue<B>,
+    rng: rand_chacha::ChaCha8Rng,
+    stats: EndpointStats,
+    rx: Vec<B>,
+}
+
+impl<B: Datagram> Endpoint<B> {
+    /// An endpoint that only connects out (a client).
+    pub fn client(config: QuicConfig, lcore: u8, max_payload: usize) -> Result<Self, QuicError> {
+        Self::new(config, lcore, max_payload, false)
+    }
+
+    /// An endpoint that accepts connections (and can also connect out).
+    pub fn server(config: QuicConfig, lcore: u8, max_payload: usize) -> Result<Self, QuicError> {
+        Self::new(config, lcore, max_payload, true)
+    }
+
+    fn new(
+        config: QuicConfig,
+        lcore: u8,
+        max_payload: usize,
+        accept: bool,
+    ) -> Result<Self, QuicError> {
+        let server_config = if accept {
+            Some(config.build(true, max_payload)?)
+        } else {
+            None
+        };
+        let client_config = config.build(false, max_payload)?;
+        Ok(Endpoint {
+            lcore,
+            require_client_cert: matches!(config.trust, Trust::ClusterCa(_)),
+            config,
+            server_config,
+            client_config,
+            conns: HashMap::new(),
+            by_cid: HashMap::new(),
+            order: Vec::new(),
+            cursor: 0,
+            next_handle: 0,
+            handshakes: 0,
+            events: VecDeque::new(),
+            tokens: TokenKey::default(),
+            paced: DelayQueue::new(),
+            rng: rand_chacha::ChaCha8Rng::from_entropy(),
+            stats: EndpointStats::default(),
+            rx: Vec::with_capacity(RX_BURST),
+        })
+    }
+
+    pub fn stats(&self) -> EndpointStats {
+        self.stats
+    }
+
+    /// Connections open (handshaking or established).
+    pub fn connections(&self) -> usize {
+        self.conns.len()
+    }
+
+    pub fn handshakes_in_progress(&self) -> usize {
+        self.handshakes
+    }
+
+    /// Packets held back for pacing.
+    pub fn paced(&self) -> usize {
+        self.paced.len()
+    }
+
+    pub fn poll_event(&mut self) -> Option<Event> {
+        self.events.pop_front()
+    }
+
+    /// One round: receive a burst, run timers, send what is due.
+    /// Returns how many datagrams moved, for the caller's idle backoff.
+    pub fn drive<P: PacketIo<Buf = B>>(&mut self, io: &mut P, tx: &mut Vec<B>) -> usize {
+        let now = Instant::now();
+        let mut rx = std::mem::take(&mut self.rx);
+        let got = io.recv_burst(&mut rx, RX_BURST);
+        for d in rx.drain(..) {
+            self.recv(d, io, tx);
+        }
+        self.rx = rx;
+        self.on_timers(now);
+        self.send(io, tx, now);
+        let sent = if tx.is_empty() { 0 } else { io.send_burst(tx) };
+        io.poll(now);
+        got + sent
+    }
+
+    /// Open a connection to `peer` from `local`; `server_name` is checked
+    /// against the server's certificate (a node name under a cluster CA).
+    pub fn connect(
+        &mut self,
+        local: SocketAddrV4,
+        peer: SocketAddrV4,
+        server_name: Option<&str>,
+    ) -> Result<ConnHandle, QuicError> {
+        if self.conns.len() >= self.config.max_connections {
+            return Err(QuicError::TooManyConnections(self.config.max_connections));
+        }
+        let scid = new_cid(self.lcore, &mut self.rng);
+        let q = quiche::connect(
+            server_name,
+            &scid,
+            SocketAddr::V4(local),
+            SocketAddr::V4(peer),
+            &mut self.client_config,
+        )?;
+        self.stats.connected += 1;
+        Ok(self.insert(q, peer, local.port(), scid, false))
+    }
+
+    fn insert(
+        &mut self,
+        q: quiche::Connection,
+        peer: SocketAddrV4,
+        local_port: u16,
+        scid: ConnectionId<'static>,
+        server: bool,
+    ) -> ConnHandle {
+        let h = self.next_handle;
+        self.next_handle += 1;
+        let key = CidKey::new(&scid);
+        self.by_cid.insert(key, h);
+        self.conns.insert(
+            h,
+            Conn {
+                q,
+                peer,
+                local_port,
+                established: false,
+                server,
+                // Stream IDs: bit 0 = server-initiated, bit 1 = unidirectional.
+                next_bidi: if server { 1 } else { 0 },
+                next_uni: if server { 3 } else { 2 },
+                cids: vec![key],
+                refused: None,
+            },
+        );
+        self.order.push(h);
+        self.handshakes += 1;
+        ConnHandle(h)
+    }
+
+    /// Feed one received datagram to its connection (or accept a new one).
+    pub fn recv<P: PacketIo<Buf = B>>(&mut self, mut d: B, io: &mut P, tx: &mut Vec<B>) {
+        self.stats.datagrams_in += 1;
+        let peer = d.peer();
+        let local = SocketAddrV4::new(io.local_ip(), d.local_port());
+        let (dcid, initial) = {
+            let Ok(hdr) = quiche::Header::from_slice(d.payload_mut(), CID_LEN) else {
+                self.stats.junk += 1;
+                return;
+            };
+            let initial = (hdr.ty == quiche::Type::Initial).then(|| owned_initial(&hdr));
+            (CidKey::new(&hdr.dcid), initial)
+        };
+        let h = match self.by_cid.get(&dcid) {
+            Some(&h) => h,
+            None => match initial {
+                Some(init) => match self.accept(&init, &dcid, peer, local, io, tx) {
+                    Some(h) => h,
+                    None => return,
+                },
+                None => {
+                    self.stats.unknown_connection += 1;
+                    return;
+                }
+            },
+        };
+        let Some(c) = self.conns.get_mut(&h) else {
+            return;
+        };
+        let info = quiche::RecvInfo {
+            from: SocketAddr::V4(peer),
+            to: SocketAddr::V4(local),
+        };
+        if let Err(e) = c.q.recv(d.payload_mut(), info) {
+            debug!(conn = h, %peer, error = %e, "quic recv");
+        }
+        self.after_input(h);
+    }
+
+    /// A new connection from an Initial, or `None` after answering it
+    /// statelessly (version negotiation, Retry) or dropping it.
+    fn accept<P: PacketIo<Buf = B>>(
+        &mut self,
+        init: &OwnedInitial,
+        dcid_key: &CidKey,
+        peer: SocketAddrV4,
+        local: SocketAddrV4,
+        io: &mut P,
+        tx: &mut Vec<B>,
+    ) -> Option<u64> {
+        self.server_config.as_ref()?;
+        let dcid = ConnectionId::from_vec(dcid_key.as_slice().to_vec());
+        if !quiche::version_is_supported(init.version) {
+            self.stats.version_negotiations += 1;
+            self.reply(io, tx, peer, local.port(), |out| {
+                quiche::negotiate_version(&init.scid, &dcid, out)
+            });
+            return None;
+        }
+        if self.handshakes >= self.config.max_handshakes
+            || self.conns.len() >= self.config.max_connections
+        {
+            self.stats.handshake_limited += 1;
+            return None;
+        }
+        let (scid, odcid, also_route) = if self.config.retry {
+            if init.token.is_empty() {
+                let new_scid = new_cid(self.lcore, &mut self.rng);
+                let token = self.tokens.mint(peer, &dcid);
+                self.stats.retries_sent += 1;
+                self.reply(io, tx, peer, local.port(), |out| {
+                    quiche::retry(&init.scid, &dcid, &new_scid, &token, init.version, out)
+                });
+                return None;
+            }
+            match self.tokens.validate(peer, &init.token) {
+                Some(odcid) if dcid.len() == CID_LEN => (dcid, Some(odcid), None),
+                _ => {
+                    self.stats.bad_tokens += 1;
+                    return None;
+                }
+            }
+        } else {
+            // Until the client hears from us it resends its Initial to the
+            // ID it chose: route that one to the new connection too.
+            (new_cid(self.lcore, &mut self.rng), None, Some(*dcid_key))
+        };
+        let cfg = self.server_config.as_mut()?;
+        match quiche::accept(
+            &scid,
+            odcid.as_ref(),
+            SocketAddr::V4(local),
+            SocketAddr::V4(peer),
+            cfg,
+        ) {
+            Ok(q) => {
+                self.stats.accepted += 1;
+                let h = self.insert(q, peer, local.port(), scid, true).0;
+                if let Some(key) = also_route {
+                    self.by_cid.insert(key, h);
+                    if let Some(c) = self.conns.get_mut(&h) {
+                        c.cids.push(key);
+                    }
+                }
+                Some(h)
+            }
+            Err(e) => {
+                debug!(%peer, error = %e, "quic accept");
+                None
+            }
+        }
+    }
+
+    /// Send one stateless reply written by `write` into a fresh buffer.
+    fn reply<P: PacketIo<Buf = B>>(
+        &mut self,
+        io: &mut P,
+        tx: &mut Vec<B>,
+        peer: SocketAddrV4,
+        local_port: u16,
+        write: impl FnOnce(&mut [u8]) -> quiche::Result<usize>,
+    ) {
+        if tx.len() >= MAX_TX_PENDING {
+            return;
+        }
+        let Some(mut b) = io.alloc() else {
+            self.stats.alloc_failures += 1;
+            return;
+        };
+        let cap = b.capacity();
+        b.set_len(cap);
+        if let Ok(n) = write(b.payload_mut()) {
+            b.set_len(n);
+            b.set_peer(peer);
+            b.set_local_port(local_port);
+            self.stats.datagrams_out += 1;
+            tx.push(b);
+        }
+    }
+
+    /// After packets or timers: report establishment, enforce membership,
+    /// reap a closed connection.
+    fn after_input(&mut self, h: u64) {
+        let require_cert = self.require_client_cert;
+        let Some(c) = self.conns.get_mut(&h) else {
+            return;
+        };
+        if !c.established && c.q.is_established() {
+            c.established = true;
+            self.handshakes -= 1;
+            if c.server && require_cert && c.q.peer_cert().is_none() {
+                warn!(peer = %c.peer, "refusing peer: it presented no certificate from the cluster CA");
+                c.refused = Some("no client certificate");
+                self.stats.refused += 1;
+                let _ =
+                    c.q.close(false, CERTIFICATE_REQUIRED, b"client certificate required");
+            } else {
+                self.events.push_back(Event::Established {
+                    conn: ConnHandle(h),
+                    peer: c.peer,
+                    alpn: c.q.application_proto().to_vec(),
+                });
+            }
+        }
+        if c.q.is_closed() {
+            self.reap(h);
+        }
+    }
+
+    fn reap(&mut self, h: u64) {
+        let Some(c) = self.conns.remove(&h) else {
+            return;
+        };
+        for cid in &c.cids {
+            self.by_cid.remove(cid);
+        }
+        self.order.retain(|&x| x != h);
+        if !c.established {
+            self.handshakes -= 1;
+        }
+        let reason = if let Some(why) = c.refused {
+            CloseReason::Refused(why)
+        } else if let Some(e) = c.q.peer_error() {
+            CloseReason::Peer {
+                app: e.is_app,
+                code: e.error_code,
+                reason: e.reason.clone(),
+            }
+        } else if let Some(e) = c.q.local_error() {
+            CloseReason::Local {
+                app: e.is_app,
+                code: e.error_code,
+                reason: e.reason.clone(),
+            }
+        } else {
+            CloseReason::IdleTimeout
+        };
+        if !c.established {
+            warn!(peer = %c.peer, ?reason, "quic handshake failed (is the peer's certificate from the cluster CA?)");
+        }
+        self.stats.closed += 1;
+        self.events.push_back(Event::Closed {
+            conn: ConnHandle(h),
+            peer: c.peer,
+            established: c.established,
+            reason,
+        });
+    }
+
+    /// Fire the connections' loss-recovery and idle timers that are due.
+    pub fn on_timers(&mut self, now: Instant) {
+        let due: Vec<u64> = self
+            .conns
+            .iter()
+            .filter(|(_, c)| c.q.timeout_instant().is_some_and(|t| t <= now))
+            .map(|(&h, _)| h)
+            .collect();
+        for h in due {
+            if let Some(c) = self.conns.get_mut(&h) {
+                c.q.on_timeout();
+            }
+            self.after_input(h);
+        }
+    }
+
+    /// The earliest time `on_timers` or paced sending has work.
+    pub fn next_timeout(&self) -> Option<Instant> {
+        let conns = self
+            .conns
+            .values()
+            .filter_map(|c| c.q.timeout_instant())
+            .min();
+        match (conns, self.paced.next_release()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Move packets from the connections into `tx`: paced packets that are
+    /// due first, then up to `send_quantum()` per connection, round robin.
+    pub fn send<P: PacketIo<Buf = B>>(&mut self, io: &mut P, tx: &mut Vec<B>, now: Instant) {
+        self.paced.release(now, tx);
+        let n = self.order.len();
+        for i in 0..n {
+            if tx.len() >= MAX_TX_PENDING || self.paced.len() >= MAX_PACED {
+                break;
+            }
+            let h = self.order[(self.cursor + i) % n];
+            self.send_conn(h, io, tx, now);
+        }
+        if n > 0 {
+            self.cursor = (self.cursor + 1) % n;
+        }
+        // Connections closed by draining their last packets.
+        let closed: Vec<u64> = self
+            .conns
+            .iter()
+            .filter(|(_, c)| c.q.is_closed())
+            .map(|(&h, _)| h)
+            .collect();
+        for h in closed {
+            self.reap(h);
+        }
+    }
+
+    fn send_conn<P: PacketIo<Buf = B>>(
+        &mut self,
+        h: u64,
+        io: &mut P,
+        tx: &mut Vec<B>,
+        now: Instant,
+    ) {
+        let Some(c) = self.conns.get_mut(&h) else {
+            return;
+        };
+        let quantum = c.q.send_quantum().max(1);
+        let mut bytes = 0;
+        while bytes < quantum && tx.len() < MAX_TX_PENDING {
+            let Some(mut b) = io.alloc() else {
+                self.stats.alloc_failures += 1;
+                return;
+            };
+            let cap = b.capacity();
+            b.set_len(cap);
+            match c.q.send(b.payload_mut()) {
+                Ok((len, info)) => {
+                    b.set_len(len);
+                    b.set_peer(c.peer);
+                    b.set_local_port(c.local_port);
+                    bytes += len;
+                    self.stats.datagrams_out += 1;
+                    if info.at > now + Duration::from_micros(50) {
+                        self.paced.push(info.at, b);
+                    } else {
+                        tx.push(b);
+                    }
+                }
+                Err(quiche::Error::Done) => return,
+                Err(e) => {
+                    debug!(conn = h, error = %e, "quic send");
+                    return;
+                }
+            }
+        }
+    }
+
+    fn conn(&mut self, h: ConnHandle) -> Result<&mut Conn, QuicError> {
+        self.conns.get_mut(&h.0).ok_or(QuicError::NoConnection)
+    }
+
+    pub fn is_established(&self, h: ConnHandle) -> bool {
+        self.conns.get(&h.0).is_some_and(|c| c.established)
+    }
+
+    pub fn peer(&self, h: ConnHandle) -> Option<SocketAddrV4> {
+        self.conns.get(&h.0).map(|c| c.peer)
+    }
+
+    /// A new bidirectional stream of ours (it exists for the peer once
+    /// data or FIN is sent on it).
+    pub fn open_bidi(&mut self, h: ConnHandle) -> Result<u64, QuicError> {
+        let c = self.conn(h)?;
+        let id = c.next_bidi;
+        c.next_bidi += 4;
+        Ok(id)
+    }
+
+    /// A new unidirectional stream of ours.
+    pub fn open_uni(&mut self, h: ConnHandle) -> Result<u64, QuicError> {
+        let c = self.conn(h)?;
+        let id = c.next_uni;
+        c.next_uni += 4;
+        Ok(id)
+    }
+
+    /// Queue bytes on a stream; returns how many were taken (0 when flow
+    /// control or the send buffer is full: try again after `drive`).
+    pub fn stream_send(
+        &mut self,
+        h: ConnHandle,
+        stream: u64,
+        data: &[u8],
+        fin: bool,
+    ) -> Result<usize, QuicError> {
+        match self.conn(h)?.q.stream_send(stream, data, fin) {
+            Ok(n) => Ok(n),
+            Err(quiche::Error::Done) => Ok(0),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Read from a stream: `Some((n, fin))`, or `None` when nothing is
+    /// readable now.
+    pub fn stream_recv(
+        &mut self,
+        h: ConnHandle,
+        stream: u64,
+        buf: &mut [u8],
+    ) -> Result<Option<(usize, bool)>, QuicError> {
+        match self.conn(h)?.q.stream_recv(stream, buf) {
+            Ok(r) => Ok(Some(r)),
+            Err(quiche::Error::Done) => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Streams with data (or a FIN) to read; streams the peer opened show
+    /// up here first, which is how they are accepted.
+    pub fn readable(&mut self, h: ConnHandle) -> Result<quiche::StreamIter, QuicError> {
+        Ok(self.conn(h)?.q.readable())
+    }
+
+    /// Streams that can take more data.
+    pub fn writable(&mut self, h: ConnHandle) -> Result<quiche::StreamIter, QuicError> {
+        Ok(self.conn(h)?.q.writable())
+    }
+
+    pub fn stream_finished(&mut self, h: ConnHandle, stream: u64) -> Result<bool, QuicError> {
+        Ok(self.conn(h)?.q.stream_finished(stream))
+    }
+
+    /// Send an unreliable DATAGRAM frame; `Ok(false)` when the queue is full.
+    pub fn dgram_send(&mut self, h: ConnHandle, data: &[u8]) -> Result<bool, QuicError> {
+        match self.conn(h)?.q.dgram_send(data) {
+            Ok(()) => Ok(true),
+            Err(quiche::Error::Done) => Ok(false),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    pub fn dgram_recv(
+        &mut self,
+        h: ConnHandle,
+        buf: &mut [u8],
+    ) -> Result<Option<usize>, QuicError> {
+        match self.conn(h)?.q.dgram_recv(buf) {
+            Ok(n) => Ok(Some(n)),
+            Err(quiche::Error::Done) => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Largest DATAGRAM payload the connection can send now.
+    pub fn dgram_max_len(&mut self, h: ConnHandle) -> Result<Option<usize>, QuicError> {
+        Ok(self.conn(h)?.q.dgram_max_writable_len())
+    }
+
+    /// Close with an application error code; the peer sees `code` and
+    /// `reason`. The connection drains, then a `Closed` event follows.
+    pub fn close(&mut self, h: ConnHandle, code: u64, reason: &[u8]) -> Result<(), QuicError> {
+        match self.conn(h)?.q.close(true, code, reason) {
+            Ok(()) | Err(quiche::Error::Done) => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    pub fn conn_stats(&mut self, h: ConnHandle) -> Result<ConnStats, QuicError> {
+        let q = &self.conn(h)?.q;
+        let s = q.stats();
+        let path = q.path_stats().next();
+        Ok(ConnStats {
+            rtt: path.as_ref().map(|p| p.rtt).unwrap_or_default(),
+            cwnd: path.as_ref().map(|p| p.cwnd).unwrap_or_default(),
+            packets_sent: s.sent,
+            packets_received: s.recv,
+            packets_lost: s.lost,
+            bytes_sent: s.sent_bytes,
+            bytes_received: s.recv_bytes,
+            bytes_lost: s.lost_bytes,
+        })
+    }
+
+    /// quiche's connection, for what this API does not cover.
+    pub fn connection_mut(&mut self, h: ConnHandle) -> Option<&mut quiche::Connection> {
+        self.conns.get_mut(&h.0).map(|c| &mut c.q)
+    }
+}
+
+/// What `accept` needs from an Initial's header, copied out so the packet
+/// buffer can be handed to quiche afterwards.
+struct OwnedInitial {
+    version: u32,
+    scid: ConnectionId<'static>,
+    token: Vec<u8>,
+}
+
+fn owned_initial(hdr: &quiche::Header) -> OwnedInitial {
+    OwnedInitial {
+        version: hdr.version,
+        scid: ConnectionId::from_vec(hdr.scid.to_vec()),
+        token: hdr.token.clone().unwrap_or_default(),
+    }
+}
+
+/// A connection ID as a map key, inline (IDs are at most 20 bytes), so
+/// routing a packet allocates nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct CidKey {
+    len: u8,
+    bytes: [u8; quiche::MAX_CONN_ID_LEN],
+}
+
+impl CidKey {
+    fn new(id: &[u8]) -> CidKey {
+        let len = id.len().min(quiche::MAX_CONN_ID_LEN);
+        let mut bytes = [0; quiche::MAX_CONN_ID_LEN];
+        bytes[..len].copy_from_slice(&id[..len]);
+        CidKey {
+            len: len as u8,
+            bytes,
+        }
+    }
+
+    fn as_slice(&self) -> &[u8] {
+        &self.bytes[..self.len as usize]
+    }
+}
