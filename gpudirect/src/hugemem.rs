@@ -154,7 +154,8 @@ impl HugeMem {
         };
         // mlock faults every page in (on the bound node) and keeps it
         // resident, so DPDK's physical addresses and CUDA's registration
-        // stay valid.
+        // stay valid. (hugetlb pages cannot be swapped anyway; the kernel
+        // only populates them and does not flag them locked.)
         map.lock().map_err(|source| Error::Lock {
             len: map.len(),
             source,
