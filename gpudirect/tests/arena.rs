@@ -73,7 +73,11 @@ fn arena_is_resident_2mb_pages_and_regions_are_aligned_and_disjoint() {
         (4096, Align::Page, 2 << 20),
     ] {
         let mut r = arena.alloc(len, align).unwrap();
-        assert_eq!(r.as_ptr() as usize % want, 0, "{len} bytes aligned to {want}");
+        assert_eq!(
+            r.as_ptr() as usize % want,
+            0,
+            "{len} bytes aligned to {want}"
+        );
         assert_eq!(r.len(), len);
         assert!(arena.contains(r.as_ptr()));
         assert!(arena.contains(last_byte(&r)));
@@ -83,14 +87,20 @@ fn arena_is_resident_2mb_pages_and_regions_are_aligned_and_disjoint() {
     }
     // Disjoint: every region still holds what it was filled with.
     for (r, fill) in &regions {
-        assert!(r.as_slice().iter().all(|b| b == fill), "{r:?} was overwritten");
+        assert!(
+            r.as_slice().iter().all(|b| b == fill),
+            "{r:?} was overwritten"
+        );
     }
     let mut spans: Vec<_> = regions
         .iter()
         .map(|(r, _)| (r.offset(), r.offset() + r.len()))
         .collect();
     spans.sort();
-    assert!(spans.windows(2).all(|w| w[0].1 <= w[1].0), "{spans:?} overlap");
+    assert!(
+        spans.windows(2).all(|w| w[0].1 <= w[1].0),
+        "{spans:?} overlap"
+    );
 }
 
 /// The address of a region's last byte.
@@ -110,9 +120,15 @@ fn freed_regions_merge_and_are_reused_and_exhaustion_says_what_to_do() {
     assert_eq!(arena.free_bytes(), 0);
 
     let err = arena.alloc(1, Align::CacheLine).unwrap_err();
-    assert!(matches!(err, Error::Exhausted { requested: 1, .. }), "{err:?}");
+    assert!(
+        matches!(err, Error::Exhausted { requested: 1, .. }),
+        "{err:?}"
+    );
     let msg = err.to_string();
-    assert!(msg.contains("arena exhausted") && msg.contains("larger arena"), "{msg}");
+    assert!(
+        msg.contains("arena exhausted") && msg.contains("larger arena"),
+        "{msg}"
+    );
 
     // b and c freed: one merged block of half the arena, reused in place.
     let (b_off, c_end) = (b.offset(), c.offset() + c.len());
@@ -125,12 +141,21 @@ fn freed_regions_merge_and_are_reused_and_exhaustion_says_what_to_do() {
     assert_eq!(arena.free_bytes(), arena.capacity());
     assert_eq!(arena.largest_free(), arena.capacity(), "all merged back");
 
-    assert!(matches!(arena.alloc(0, Align::CacheLine), Err(Error::InvalidArgument(_))));
-    assert!(matches!(arena.alloc(8, Align::Bytes(48)), Err(Error::InvalidArgument(_))));
+    assert!(matches!(
+        arena.alloc(0, Align::CacheLine),
+        Err(Error::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        arena.alloc(8, Align::Bytes(48)),
+        Err(Error::InvalidArgument(_))
+    ));
     // Alignment padding counts: a page-aligned 2 MB block no longer fits
     // once a byte at the start is taken.
     let _first = arena.alloc(1, Align::CacheLine).unwrap();
-    assert!(matches!(arena.alloc(2 << 20, Align::Page), Err(Error::Exhausted { .. })));
+    assert!(matches!(
+        arena.alloc(2 << 20, Align::Page),
+        Err(Error::Exhausted { .. })
+    ));
 }
 
 #[test]
@@ -157,7 +182,11 @@ fn without_1g_hugepages_it_falls_back_to_normal_pages_and_warns_once() {
         assert!(m.locked, "mlock'd");
         assert_eq!(m.resident_kb as usize * 1024, arena.capacity(), "resident");
     }
-    assert_eq!(first.capacity(), 64 << 20, "normal pages: no rounding to 1 GB");
+    assert_eq!(
+        first.capacity(),
+        64 << 20,
+        "normal pages: no rounding to 1 GB"
+    );
     assert_eq!(warnings.count(), 1, "one warning per process");
 
     // Without the fallback the same request is an error that names the fix.
@@ -166,8 +195,20 @@ fn without_1g_hugepages_it_falls_back_to_normal_pages_and_warns_once() {
         ..opts
     };
     let err = Arena::new(64 << 20, &strict).unwrap_err();
-    assert!(matches!(err, Error::NoHugepages { page_kb: 1048576, .. }), "{err:?}");
-    assert!(err.to_string().contains("hugepages-1048576kB/nr_hugepages"), "{err}");
+    assert!(
+        matches!(
+            err,
+            Error::NoHugepages {
+                page_kb: 1048576,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(
+        err.to_string().contains("hugepages-1048576kB/nr_hugepages"),
+        "{err}"
+    );
 }
 
 #[test]

@@ -33,8 +33,13 @@ fn tap_receives_into_the_arena(iova_arg: Option<&str>, iface: &str, net: u8) -> 
     let dpdk = DpdkArena::register(&eal, &arena).unwrap();
     assert_eq!(dpdk.iova_mode(), IovaMode::current(&eal));
     let free_before = arena.free_bytes();
-    let pool = dpdk.pktmbuf_pool("gd_ext", 2047, 0, DEFAULT_DATA_ROOM).unwrap();
-    assert!(arena.free_bytes() < free_before, "the pool's buffers come from the arena");
+    let pool = dpdk
+        .pktmbuf_pool("gd_ext", 2047, 0, DEFAULT_DATA_ROOM)
+        .unwrap();
+    assert!(
+        arena.free_bytes() < free_before,
+        "the pool's buffers come from the arena"
+    );
 
     // A pool that cannot fit says so instead of failing inside DPDK.
     let too_big = dpdk
@@ -109,7 +114,11 @@ fn tap_receives_into_the_arena(iova_arg: Option<&str>, iface: &str, net: u8) -> 
     assert_eq!(pool.in_use(), baseline, "every mbuf went back to the pool");
     let mode = dpdk.iova_mode();
     drop((rx, dma, port, pool, dpdk));
-    assert_eq!(arena.free_bytes(), arena.capacity(), "the pool's region came back");
+    assert_eq!(
+        arena.free_bytes(),
+        arena.capacity(),
+        "the pool's region came back"
+    );
     mode
 }
 

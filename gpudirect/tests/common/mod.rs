@@ -24,22 +24,34 @@ pub fn ensure_hugepages(pages: u64) {
     };
     let (nr, free) = (read("nr_hugepages"), read("free_hugepages"));
     if free < pages {
-        std::fs::write(format!("{dir}/nr_hugepages"), (nr + pages - free).to_string())
-            .expect("reserve 2 MB hugepages (run as root)");
+        std::fs::write(
+            format!("{dir}/nr_hugepages"),
+            (nr + pages - free).to_string(),
+        )
+        .expect("reserve 2 MB hugepages (run as root)");
         assert!(
             read("free_hugepages") >= pages,
             "the kernel gave too few 2 MB hugepages (memory fragmented?)"
         );
     }
     let mounts = std::fs::read_to_string("/proc/mounts").unwrap();
-    if !mounts.lines().any(|l| l.split_whitespace().nth(2) == Some("hugetlbfs")) {
+    if !mounts
+        .lines()
+        .any(|l| l.split_whitespace().nth(2) == Some("hugetlbfs"))
+    {
         sh("mkdir -p /dev/hugepages && mount -t hugetlbfs nodev /dev/hugepages");
     }
 }
 
 pub fn eal(extra: &[&str]) -> Eal {
     ensure_hugepages(64);
-    let mut args = vec!["-l", "0-1", "--no-pci", "--in-memory", "--log-level=*:warning"];
+    let mut args = vec![
+        "-l",
+        "0-1",
+        "--no-pci",
+        "--in-memory",
+        "--log-level=*:warning",
+    ];
     args.extend_from_slice(extra);
     Eal::init(args).expect("EAL init (root and hugepages: run scripts/setup-host.sh)")
 }
@@ -103,6 +115,8 @@ impl<S: Subscriber> Layer<S> for Counter {
 /// `n` bytes that differ per position and seed.
 pub fn pattern(n: usize, seed: u32) -> Vec<u8> {
     (0..n)
-        .map(|i| ((i as u32).wrapping_mul(2654435761) ^ seed.wrapping_mul(40503)) as u8 ^ (i >> 8) as u8)
+        .map(|i| {
+            ((i as u32).wrapping_mul(2654435761) ^ seed.wrapping_mul(40503)) as u8 ^ (i >> 8) as u8
+        })
         .collect()
 }
