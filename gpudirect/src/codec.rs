@@ -221,7 +221,13 @@ fn launch(n: usize, chunk: usize) -> Result<(LaunchConfig, u32)> {
             "{n} elements: split buckets above 2^32 elements"
         )));
     }
-    let chunks = n.div_ceil(chunk) as u32;
+    let chunks = n.div_ceil(chunk);
+    if chunks > i32::MAX as usize {
+        return Err(Error::InvalidArgument(format!(
+            "{chunks} chunks exceed CUDA's grid: use larger chunks"
+        )));
+    }
+    let chunks = chunks as u32;
     Ok((
         LaunchConfig {
             grid_dim: (chunks.max(1), 1, 1),
