@@ -8,6 +8,7 @@ use std::sync::Arc;
 use crate::batch::MbufBatch;
 use crate::eal::Eal;
 use crate::error::{from_rte_errno, Error, Result};
+use crate::extmem::ExtMem;
 use crate::mbuf::Mbuf;
 use crate::sys;
 
@@ -23,7 +24,15 @@ struct PoolInner {
     raw: NonNull<sys::rte_mempool>,
     name: String,
     size: u32,
+    /// For extbuf pools: the external memory the data buffers live in and
+    /// whatever keeps that part of it reserved. Both outlive the pool.
+    ext: ManuallyDrop<Option<ExtBacking>>,
     eal: ManuallyDrop<Eal>,
+}
+
+struct ExtBacking {
+    _mem: ExtMem,
+    _keep_alive: Box<dyn Send + Sync>,
 }
 
 // SAFETY: rte_mempool is designed for concurrent use from many threads
@@ -59,6 +68,105 @@ impl Mempool {
                 raw,
                 name: name.to_owned(),
                 size,
+                ext: ManuallyDrop::new(None),
+                eal: ManuallyDrop::new(eal.clone()),
+            }),
+        })
+    }
+
+    /// A pool of `size` mbufs whose data buffers (`data_room` bytes each,
+    /// headroom included) lie in `range` of the external memory `ext`
+    /// instead of DPDK's heap; the mbuf headers stay in DPDK's hugepages.
+    /// Received packets land in `ext`. `keep_alive` is held as long as the
+    /// pool and is where the caller puts what reserves `range` (an arena
+    /// allocation), so nothing else is handed that memory meanwhile.
+    ///
+    /// Buffers never straddle an IOVA discontinuity: in IOVA-as-PA mode
+    /// each page is its own zone and the tail of a page that cannot hold a
+    /// whole buffer is left unused.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new_extbuf(
+        eal: &Eal,
+        name: &str,
+        size: u32,
+        cache: u32,
+        data_room: u16,
+        socket: Option<i32>,
+        ext: &ExtMem,
+        range: std::ops::Range<usize>,
+        keep_alive: Box<dyn Send + Sync>,
+    ) -> Result<Mempool> {
+        let cname = CString::new(name)
+            .map_err(|_| Error::InvalidArgument(format!("pool name {name:?} has a NUL")))?;
+        if range.start > range.end || range.end > ext.len() {
+            return Err(Error::InvalidArgument(format!(
+                "range {range:?} is outside the external memory ({} bytes)",
+                ext.len()
+            )));
+        }
+        // Cache-line sized elements keep every buffer 64-byte aligned.
+        let elt_size = (data_room as usize).div_ceil(64) * 64;
+        if elt_size > u16::MAX as usize {
+            return Err(Error::InvalidArgument(format!(
+                "data room {data_room} is too large for an external buffer element"
+            )));
+        }
+        let base = ext.as_ptr() as usize;
+        let aligned_start = (base + range.start).next_multiple_of(64) - base;
+        let zones: Vec<sys::rte_pktmbuf_extmem> = ext
+            .iova_runs(aligned_start.min(range.end)..range.end)
+            .into_iter()
+            .filter(|&(_, len)| len >= elt_size)
+            .map(|(off, len)| sys::rte_pktmbuf_extmem {
+                // SAFETY (of the add): off < ext.len().
+                buf_ptr: unsafe { ext.as_ptr().add(off) } as *mut _,
+                buf_iova: ext.iova(off),
+                buf_len: len / elt_size * elt_size,
+                elt_size: elt_size as u16,
+            })
+            .collect();
+        let capacity: usize = zones.iter().map(|z| z.buf_len / elt_size).sum();
+        if capacity < size as usize {
+            return Err(Error::InvalidArgument(format!(
+                "{} bytes of external memory hold {capacity} buffers of {elt_size} bytes, \
+                 {size} needed: give the pool more memory or fewer mbufs",
+                range.len()
+            )));
+        }
+        let socket = socket.unwrap_or(sys::SOCKET_ID_ANY);
+        // SAFETY: EAL is initialised; the zones lie inside registered
+        // external memory that the returned pool keeps alive (ExtBacking);
+        // DPDK copies the name and the zone array.
+        let raw = unsafe {
+            sys::rte_pktmbuf_pool_create_extbuf(
+                cname.as_ptr(),
+                size,
+                cache,
+                0,
+                data_room,
+                socket,
+                zones.as_ptr(),
+                zones.len() as u32,
+            )
+        };
+        let raw =
+            NonNull::new(raw).ok_or_else(|| from_rte_errno("rte_pktmbuf_pool_create_extbuf"))?;
+        tracing::debug!(
+            pool = name,
+            size,
+            zones = zones.len(),
+            elt_size,
+            "extbuf mempool created"
+        );
+        Ok(Mempool {
+            inner: Arc::new(PoolInner {
+                raw,
+                name: name.to_owned(),
+                size,
+                ext: ManuallyDrop::new(Some(ExtBacking {
+                    _mem: ext.clone(),
+                    _keep_alive: keep_alive,
+                })),
                 eal: ManuallyDrop::new(eal.clone()),
             }),
         })
@@ -132,6 +240,9 @@ impl Drop for PoolInner {
         }
         // SAFETY: no mbuf of this pool is outstanding and no handle is left.
         unsafe { sys::rte_mempool_free(self.raw.as_ptr()) };
+        // SAFETY: dropped exactly once, here, after the pool that used the
+        // external memory is gone (and before the EAL it is registered in).
+        unsafe { ManuallyDrop::drop(&mut self.ext) };
         // SAFETY: dropped exactly once, here.
         unsafe { ManuallyDrop::drop(&mut self.eal) };
     }

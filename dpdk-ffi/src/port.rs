@@ -190,6 +190,17 @@ impl Port {
         Ok(TxQueue::new(self.clone(), q))
     }
 
+    /// The port's rte_device, for bus-level calls (DMA mapping).
+    pub(crate) fn device_ptr(&self) -> Result<*mut sys::rte_device> {
+        let mut di = sys::rte_eth_dev_info::default();
+        // SAFETY: valid port id and out-pointer.
+        let rc = unsafe { sys::rte_eth_dev_info_get(self.inner.id, &mut di) };
+        if rc < 0 {
+            return Err(dpdk("rte_eth_dev_info_get", rc));
+        }
+        Ok(di.device)
+    }
+
     pub fn mac(&self) -> [u8; 6] {
         let mut addr = sys::rte_ether_addr::default();
         // SAFETY: the port id is valid; addr is a valid out-pointer.

@@ -1,0 +1,80 @@
+//! An arena registered with DPDK as external memory, and pktmbuf pools whose
+//! data buffers are carved from it, so received payloads land in memory the
+//! GPU can also reach.
+
+use dpdk_ffi::{DmaMap, Eal, ExtMem, IovaMode, Mempool, Port};
+
+use crate::arena::{Align, Arena, CACHE_LINE};
+use crate::error::{Error, Result};
+
+/// The arena's whole mapping registered with EAL (rte_extmem_register);
+/// unregistered when this and every pool over it are gone.
+pub struct DpdkArena {
+    eal: Eal,
+    arena: Arena,
+    ext: ExtMem,
+}
+
+impl DpdkArena {
+    pub fn register(eal: &Eal, arena: &Arena) -> Result<DpdkArena> {
+        let ext = ExtMem::register(eal, arena.memory().clone())?;
+        Ok(DpdkArena {
+            eal: eal.clone(),
+            arena: arena.clone(),
+            ext,
+        })
+    }
+
+    pub fn ext_mem(&self) -> &ExtMem {
+        &self.ext
+    }
+
+    pub fn iova_mode(&self) -> IovaMode {
+        self.ext.iova_mode()
+    }
+
+    /// A pool of `n` mbufs with `data_room` bytes of data each (headroom
+    /// included) in an arena region that the pool keeps until it is freed.
+    pub fn pktmbuf_pool(&self, name: &str, n: u32, cache: u32, data_room: u16) -> Result<Mempool> {
+        if n == 0 {
+            return Err(Error::InvalidArgument("a pool of zero mbufs".into()));
+        }
+        let elt = (data_room as usize).div_ceil(CACHE_LINE) * CACHE_LINE;
+        let page = self.arena.page_size().bytes();
+        // In PA mode buffers may not cross a page (IOVA is only contiguous
+        // within one), so the region is whole pages with room at each end.
+        let (len, align) = match self.iova_mode() {
+            IovaMode::Va => (n as usize * elt, Align::CacheLine),
+            IovaMode::Pa => {
+                let per_page = page / elt;
+                if per_page == 0 {
+                    return Err(Error::InvalidArgument(format!(
+                        "data room {data_room} exceeds the arena's {page}-byte pages in IOVA-as-PA mode: \
+                         use hugepages or --iova-mode=va"
+                    )));
+                }
+                ((n as usize).div_ceil(per_page) * page, Align::Page)
+            }
+        };
+        let region = self.arena.alloc(len, align)?;
+        let range = region.offset()..region.offset() + region.len();
+        let socket = self.arena.memory().numa_node().map(|n| n as i32);
+        Ok(Mempool::new_extbuf(
+            &self.eal,
+            name,
+            n,
+            cache,
+            data_room,
+            socket,
+            &self.ext,
+            range,
+            Box::new(region),
+        )?)
+    }
+
+    /// DMA-map the arena for `port`'s device (a no-op for virtual devices,
+    /// whose PMDs copy with the CPU; needed for PCI NICs behind an IOMMU).
+    pub fn dma_map(&self, port: &Port) -> Result<DmaMap> {
+        Ok(self.ext.dma_map(port)?)
+    }
+}
