@@ -132,7 +132,7 @@ impl Direct {
         let span = shard_range(self.count, ctx.world, ctx.rank);
         let range = chunk_range(&span, ctx.chunk_elems, c);
         ctx.finalize(&mut buf[range]);
-        if self.gather {
+        if self.gather && ctx.world > 1 {
             self.send_final(ctx, buf, c)?;
         }
         Ok(())
