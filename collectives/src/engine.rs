@@ -239,7 +239,11 @@ impl Engine {
         ctx.seq = seq;
         ctx.kind = kind;
         ctx.algo = algo;
-        ctx.codec = if barrier { Codec::F32 } else { self.config.codec };
+        ctx.codec = if barrier {
+            Codec::F32
+        } else {
+            self.config.codec
+        };
         ctx.combine = match reduce {
             Some(ReduceOp::Max) => Combine::Max,
             Some(ReduceOp::Min) => Combine::Min,
@@ -277,7 +281,9 @@ impl Engine {
         }
         let alg: &mut dyn Algorithm = match (kind, algo) {
             (Kind::Broadcast, shape) => {
-                let Op::Broadcast { root } = op else { unreachable!() };
+                let Op::Broadcast { root } = op else {
+                    unreachable!()
+                };
                 self.broadcast.reset(count, n, ce, r, root, shape);
                 &mut self.broadcast
             }
@@ -372,7 +378,10 @@ impl Engine {
 
     fn dispatch(&mut self, from: usize, bytes: &[u8], buf: &mut [f32]) -> Result<Progress> {
         let msg = message::decode(bytes)?;
-        let active = self.active.as_ref().expect("dispatch runs with an active collective");
+        let active = self
+            .active
+            .as_ref()
+            .expect("dispatch runs with an active collective");
         if msg.header.kind != active.kind || msg.header.algo != active.algo {
             return Err(Error::Unexpected {
                 from,

@@ -26,7 +26,9 @@ pub enum Error {
     ChunkTooLong(usize),
     #[error("invalid chunk scale {0:e}: must be finite, >= 0 and <= f32::MAX / 32767 (and 0 for f32 payloads)")]
     BadScale(f32),
-    #[error("non-finite value {value} at element {index}: the i16 codec only quantizes finite inputs")]
+    #[error(
+        "non-finite value {value} at element {index}: the i16 codec only quantizes finite inputs"
+    )]
     NonFinite { index: usize, value: f32 },
     #[error("rank {rank} is out of range for a world of {world}")]
     RankOutOfRange { rank: usize, world: usize },
@@ -49,7 +51,11 @@ pub enum Error {
     #[error("a contribution filter only runs under Algo::Direct (or Auto); {0:?} cannot see individual contributions")]
     FilterNeedsDirect(crate::Algo),
     #[error("residual for tensor {tensor} has {got} elements, this collective has {want}")]
-    ResidualLength { tensor: u64, got: usize, want: usize },
+    ResidualLength {
+        tensor: u64,
+        got: usize,
+        want: usize,
+    },
     #[error("simulation stalled at t={time_ns} ns: {detail}")]
     Stalled { time_ns: u64, detail: String },
     #[error("rank {rank} failed in the simulation: {source}")]

@@ -145,18 +145,33 @@ pub fn decode(bytes: &[u8]) -> Result<Message<'_>> {
         2 => Kind::AllGather,
         3 => Kind::Broadcast,
         4 => Kind::Barrier,
-        v => return Err(Error::UnknownField { field: "kind", value: v }),
+        v => {
+            return Err(Error::UnknownField {
+                field: "kind",
+                value: v,
+            })
+        }
     };
     let algo = match h[3] {
         0 => AlgoId::Ring,
         1 => AlgoId::Direct,
         2 => AlgoId::RecursiveDoubling,
-        v => return Err(Error::UnknownField { field: "algo", value: v }),
+        v => {
+            return Err(Error::UnknownField {
+                field: "algo",
+                value: v,
+            })
+        }
     };
     let codec = match h[4] {
         0 => CodecId::F32,
         1 => CodecId::I16,
-        v => return Err(Error::UnknownField { field: "codec", value: v }),
+        v => {
+            return Err(Error::UnknownField {
+                field: "codec",
+                value: v,
+            })
+        }
     };
     if h[5] != 0 {
         return Err(Error::UnknownField {
@@ -231,13 +246,19 @@ mod tests {
         let mut out = Vec::new();
         encode(&sample(), &[1, 2, 3, 4], &mut out);
         assert!(matches!(decode(&out[..31]), Err(Error::Truncated { .. })));
-        assert!(matches!(decode(&out[..35]), Err(Error::PayloadLength { .. })));
+        assert!(matches!(
+            decode(&out[..35]),
+            Err(Error::PayloadLength { .. })
+        ));
         let mut bad = out.clone();
         bad[0] = 0;
         assert_eq!(decode(&bad).unwrap_err(), Error::BadMagic(0));
         let mut bad = out.clone();
         bad[4] = 9;
-        assert!(matches!(decode(&bad), Err(Error::UnknownField { field: "codec", .. })));
+        assert!(matches!(
+            decode(&bad),
+            Err(Error::UnknownField { field: "codec", .. })
+        ));
         let mut h = sample();
         h.scale = f32::NAN;
         encode(&h, &[1, 2, 3, 4], &mut out);

@@ -121,8 +121,14 @@ pub struct SimReport {
 }
 
 enum Event {
-    Start { rank: usize },
-    Deliver { from: usize, to: usize, bytes: Vec<u8> },
+    Start {
+        rank: usize,
+    },
+    Deliver {
+        from: usize,
+        to: usize,
+        bytes: Vec<u8>,
+    },
 }
 
 /// Hook that may rewrite any message in flight (Byzantine peers).
@@ -144,7 +150,9 @@ pub struct Sim {
 
 impl Sim {
     pub fn new(world: usize, engine: Config, cfg: SimConfig) -> Result<Sim> {
-        let engines = (0..world).map(|r| Engine::new(r, world, engine.clone())).collect::<Result<Vec<_>>>()?;
+        let engines = (0..world)
+            .map(|r| Engine::new(r, world, engine.clone()))
+            .collect::<Result<Vec<_>>>()?;
         Ok(Sim {
             engines,
             rng: cfg.seed ^ 0xA076_1D64_78BD_642F,
@@ -234,7 +242,14 @@ impl Sim {
                 t(rank, to, &mut bytes);
             }
             self.report.messages += 1;
-            self.schedule(at, Event::Deliver { from: rank, to, bytes });
+            self.schedule(
+                at,
+                Event::Deliver {
+                    from: rank,
+                    to,
+                    bytes,
+                },
+            );
         }
     }
 
@@ -269,7 +284,10 @@ impl Sim {
                 Event::Start { rank } => {
                     let j = next_job[rank];
                     let job = &mut jobs[j];
-                    (rank, self.engines[rank].start(job.collective, &mut job.bufs[rank]))
+                    (
+                        rank,
+                        self.engines[rank].start(job.collective, &mut job.bufs[rank]),
+                    )
                 }
                 Event::Deliver { from, to, bytes } => {
                     let j = next_job[to];
@@ -314,7 +332,11 @@ impl Sim {
                 format!(
                     "rank {r} at job {j} (seq {}, {})",
                     e.seq(),
-                    if e.is_active() { "running" } else { "not started" }
+                    if e.is_active() {
+                        "running"
+                    } else {
+                        "not started"
+                    }
                 )
             })
             .collect();

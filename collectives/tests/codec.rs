@@ -27,8 +27,9 @@ fn fmix32_and_dither_match_reference_values() {
     assert_eq!(fmix32(0), 0);
     assert_eq!(fmix32(1), 0x514e_28b7);
     assert_eq!(fmix32(0xdead_beef), 0x0de5_c6a9);
-    assert_eq!(dither(42, 0), 0.033200085163116455);
-    assert_eq!(dither(42, 3), 0.3253343105316162);
+    // u = (hash >> 8) * 2^-24: compare the exact 24-bit numerators.
+    assert_eq!(dither(42, 0) * 16_777_216.0, 557_005.0);
+    assert_eq!(dither(42, 3) * 16_777_216.0, 5_458_204.0);
 }
 
 #[test]
@@ -38,7 +39,10 @@ fn nearest_follows_the_spec() {
     let x = [1.0f32, -0.5, 0.25, 0.0];
     let scale = isa.quantize(&x, Rounding::Nearest, 0, &mut out).unwrap();
     assert_eq!(scale, 1.0f32 / 32767.0);
-    let q: Vec<i16> = out.chunks(2).map(|b| i16::from_le_bytes([b[0], b[1]])).collect();
+    let q: Vec<i16> = out
+        .chunks(2)
+        .map(|b| i16::from_le_bytes([b[0], b[1]]))
+        .collect();
     // -16383.5 rounds to even (-16384); 8191.75 to 8192.
     assert_eq!(q, vec![32767, -16384, 8192, 0]);
 }
@@ -47,16 +51,26 @@ fn nearest_follows_the_spec() {
 fn zero_and_non_finite_chunks() {
     let isa = Isa::best();
     let mut out = [0xffu8; 6];
-    assert_eq!(isa.quantize(&[0.0, -0.0, 0.0], Rounding::Nearest, 0, &mut out).unwrap(), 0.0);
+    assert_eq!(
+        isa.quantize(&[0.0, -0.0, 0.0], Rounding::Nearest, 0, &mut out)
+            .unwrap(),
+        0.0
+    );
     assert_eq!(out, [0; 6]);
     for isa in Isa::available() {
         let mut x = data(100, 5, 1.0);
         x[61] = f32::NAN;
         let mut out = vec![0u8; 200];
-        assert!(matches!(isa.quantize(&x, Rounding::Nearest, 0, &mut out), Err(Error::NonFinite { index: 61, .. })));
+        assert!(matches!(
+            isa.quantize(&x, Rounding::Nearest, 0, &mut out),
+            Err(Error::NonFinite { index: 61, .. })
+        ));
         x[61] = 1.0;
         x[99] = f32::NEG_INFINITY;
-        assert!(matches!(isa.quantize(&x, Rounding::Stochastic, 0, &mut out), Err(Error::NonFinite { index: 99, .. })));
+        assert!(matches!(
+            isa.quantize(&x, Rounding::Stochastic, 0, &mut out),
+            Err(Error::NonFinite { index: 99, .. })
+        ));
     }
     // Tiny absmax whose inverse overflows: flushed to zero.
     assert_eq!(chunk_scale(1e-40), (0.0, 0.0));
@@ -66,7 +80,10 @@ fn zero_and_non_finite_chunks() {
 #[test]
 fn simd_paths_are_bit_identical_to_scalar() {
     let isas = Isa::available();
-    println!("instruction sets: {:?}", isas.iter().map(|i| i.name()).collect::<Vec<_>>());
+    println!(
+        "instruction sets: {:?}",
+        isas.iter().map(|i| i.name()).collect::<Vec<_>>()
+    );
     let scalar = Isa::scalar();
     let lens = (0..70).chain([127, 128, 129, 1000, 4099, 65535]);
     for (k, n) in lens.enumerate() {
@@ -89,10 +106,22 @@ fn simd_paths_are_bit_identical_to_scalar() {
                         assert_eq!(got, want, "{} {rounding:?} n={n} mag={mag}", isa.name());
                         let mut deq = vec![0f32; n];
                         isa.dequantize(&got, gs, &mut deq);
-                        assert!(deq.iter().zip(&deq_want).all(|(a, b)| a.to_bits() == b.to_bits()), "{} dequantize n={n}", isa.name());
+                        assert!(
+                            deq.iter()
+                                .zip(&deq_want)
+                                .all(|(a, b)| a.to_bits() == b.to_bits()),
+                            "{} dequantize n={n}",
+                            isa.name()
+                        );
                         let mut acc = acc0.clone();
                         isa.accumulate(&mut acc, &got, gs, bound);
-                        assert!(acc.iter().zip(&acc_want).all(|(a, b)| a.to_bits() == b.to_bits()), "{} accumulate n={n}", isa.name());
+                        assert!(
+                            acc.iter()
+                                .zip(&acc_want)
+                                .all(|(a, b)| a.to_bits() == b.to_bits()),
+                            "{} accumulate n={n}",
+                            isa.name()
+                        );
                     }
                 }
                 acc0.clear();
@@ -107,11 +136,16 @@ fn quantization_error_within_documented_factor() {
         for k in 0..20u64 {
             let x = data(5000, k + 7, 10f32.powi(k as i32 - 10));
             let mut q = vec![0u8; 10000];
-            let s = Isa::best().quantize(&x, rounding, k as u32, &mut q).unwrap();
+            let s = Isa::best()
+                .quantize(&x, rounding, k as u32, &mut q)
+                .unwrap();
             let mut y = vec![0f32; 5000];
             Isa::best().dequantize(&q, s, &mut y);
             for (a, b) in x.iter().zip(&y) {
-                assert!(((*a as f64) - (*b as f64)).abs() <= factor * s as f64, "{rounding:?}: {a} vs {b}, scale {s}");
+                assert!(
+                    ((*a as f64) - (*b as f64)).abs() <= factor * s as f64,
+                    "{rounding:?}: {a} vs {b}, scale {s}"
+                );
             }
         }
     }
@@ -126,7 +160,9 @@ fn stochastic_rounding_is_unbiased() {
     let trials = 4000;
     let mut s = 0.0;
     for seed in 0..trials {
-        s = Isa::best().quantize(&x, Rounding::Stochastic, seed, &mut q).unwrap();
+        s = Isa::best()
+            .quantize(&x, Rounding::Stochastic, seed, &mut q)
+            .unwrap();
         Isa::best().dequantize(&q, s, &mut y);
         for (m, v) in mean.iter_mut().zip(&y) {
             *m += *v as f64 / trials as f64;
@@ -134,7 +170,10 @@ fn stochastic_rounding_is_unbiased() {
     }
     for (m, v) in mean.iter().zip(&x) {
         // Standard error of the mean is <= 0.5 s / sqrt(trials).
-        assert!((m - *v as f64).abs() < 5.0 * 0.5 * s as f64 / (trials as f64).sqrt(), "{m} vs {v}");
+        assert!(
+            (m - *v as f64).abs() < 5.0 * 0.5 * s as f64 / (trials as f64).sqrt(),
+            "{m} vs {v}"
+        );
     }
 }
 
@@ -142,7 +181,9 @@ fn stochastic_rounding_is_unbiased() {
 fn combine_max_min_and_clamp() {
     let isa = Isa::best();
     let mut q = vec![0u8; 8];
-    let s = isa.quantize(&[4.0, -4.0, 1.0, -1.0], Rounding::Nearest, 0, &mut q).unwrap();
+    let s = isa
+        .quantize(&[4.0, -4.0, 1.0, -1.0], Rounding::Nearest, 0, &mut q)
+        .unwrap();
     let mut acc = vec![0.5f32, 0.5, 0.5, 0.5];
     Combine::Max.i16_into(isa, &mut acc, &q, s, f32::INFINITY);
     assert_eq!(acc[0], 4.0);
@@ -162,7 +203,10 @@ fn simd_rounds_exact_ties_to_even() {
     for isa in Isa::available() {
         let mut q = vec![0u8; 2 * x.len()];
         isa.quantize(&x, Rounding::Nearest, 0, &mut q).unwrap();
-        let got: Vec<i16> = q.chunks(2).map(|b| i16::from_le_bytes([b[0], b[1]])).collect();
+        let got: Vec<i16> = q
+            .chunks(2)
+            .map(|b| i16::from_le_bytes([b[0], b[1]]))
+            .collect();
         assert_eq!(got, want, "{}", isa.name());
     }
 }

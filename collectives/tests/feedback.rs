@@ -22,7 +22,12 @@ fn mean_error(algo: Algo, rounding: Rounding, feedback: bool, red: ReduceOp) -> 
             }
         })
         .collect();
-    let mut sim = Sim::new(world, engine_config(algo, Codec::I16(rounding), 512), SimConfig::default()).unwrap();
+    let mut sim = Sim::new(
+        world,
+        engine_config(algo, Codec::I16(rounding), 512),
+        SimConfig::default(),
+    )
+    .unwrap();
     let steps = 100;
     let mut err_sum = vec![0f64; n];
     let mut first_step_max = 0f64;
@@ -41,7 +46,10 @@ fn mean_error(algo: Algo, rounding: Rounding, feedback: bool, red: ReduceOp) -> 
             }
         }
     }
-    let mean_max = err_sum.iter().map(|e| (e / steps as f64).abs()).fold(0.0, f64::max);
+    let mean_max = err_sum
+        .iter()
+        .map(|e| (e / steps as f64).abs())
+        .fold(0.0, f64::max);
     (first_step_max, mean_max)
 }
 
@@ -53,11 +61,20 @@ fn feedback_removes_the_bias() {
             let (_, fb) = mean_error(algo, Rounding::Nearest, true, red);
             println!("{algo:?} {red:?}: one step {single:.3e}, mean over 100 without feedback {no_fb:.3e}, with {fb:.3e}");
             // Without feedback the deterministic error repeats.
-            assert!(no_fb > 0.5 * single, "{algo:?}: expected a persistent bias without feedback");
+            assert!(
+                no_fb > 0.5 * single,
+                "{algo:?}: expected a persistent bias without feedback"
+            );
             // With feedback the running error stays bounded: mean ~ 1/steps.
-            assert!(fb < 0.05 * single, "{algo:?} {red:?}: mean error {fb:e} did not shrink (one step {single:e})");
+            assert!(
+                fb < 0.05 * single,
+                "{algo:?} {red:?}: mean error {fb:e} did not shrink (one step {single:e})"
+            );
             let (_, fb_sto) = mean_error(algo, Rounding::Stochastic, true, red);
-            assert!(fb_sto < 0.05 * single, "{algo:?} stochastic: mean error {fb_sto:e}");
+            assert!(
+                fb_sto < 0.05 * single,
+                "{algo:?} stochastic: mean error {fb_sto:e}"
+            );
         }
     }
 }

@@ -11,7 +11,15 @@ const SIZES: [usize; 8] = [1, 2, 3, 13, 127, 1031, 8191, 40009];
 
 fn matrix(algo: Algo, codec: Codec) {
     for world in 1..=8 {
-        run_matrix(algo, codec, world, &all_ops(), &SIZES, 1000, SimConfig::default());
+        run_matrix(
+            algo,
+            codec,
+            world,
+            &all_ops(),
+            &SIZES,
+            1000,
+            SimConfig::default(),
+        );
     }
 }
 
@@ -48,7 +56,15 @@ fn auto_both_codecs() {
 fn stochastic_rounding_all_algorithms() {
     for algo in ALGOS {
         for world in [2, 3, 5, 8] {
-            run_matrix(algo, Codec::I16(Rounding::Stochastic), world, &all_ops(), &[1, 127, 8191], 1000, SimConfig::default());
+            run_matrix(
+                algo,
+                Codec::I16(Rounding::Stochastic),
+                world,
+                &all_ops(),
+                &[1, 127, 8191],
+                1000,
+                SimConfig::default(),
+            );
         }
     }
 }
@@ -57,7 +73,15 @@ fn default_chunk_size_large_buffers() {
     // 64 KiB chunks, ~1 MB buffers, odd world.
     for algo in ALGOS {
         for codec in [Codec::F32, Codec::I16(Rounding::Nearest)] {
-            run_matrix(algo, codec, 5, &all_ops()[..7], &[262_147], 16 * 1024, SimConfig::default());
+            run_matrix(
+                algo,
+                codec,
+                5,
+                &all_ops()[..7],
+                &[262_147],
+                16 * 1024,
+                SimConfig::default(),
+            );
         }
     }
 }

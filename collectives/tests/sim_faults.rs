@@ -21,7 +21,11 @@ fn jobs(world: usize, n: usize) -> (Vec<Job>, Vec<Op>) {
         .iter()
         .enumerate()
         .map(|(k, &op)| {
-            let bufs = if op == Op::Barrier { vec![Vec::new(); world] } else { initial(op, world, n, k as u64) };
+            let bufs = if op == Op::Barrier {
+                vec![Vec::new(); world]
+            } else {
+                initial(op, world, n, k as u64)
+            };
             Job::new(Collective::new(op), bufs)
         })
         .collect();
@@ -37,7 +41,10 @@ fn lossy_reordering_networks_give_exact_results() {
                 let cfg = engine_config(algo, codec, 128);
                 let (mut clean, ops) = jobs(world, n);
                 let inputs: Vec<Vec<Vec<f32>>> = clean.iter().map(|j| j.bufs.clone()).collect();
-                Sim::new(world, cfg.clone(), SimConfig::default()).unwrap().run(&mut clean).unwrap();
+                Sim::new(world, cfg.clone(), SimConfig::default())
+                    .unwrap()
+                    .run(&mut clean)
+                    .unwrap();
                 for (j, op) in ops.iter().enumerate() {
                     if *op != Op::Barrier {
                         check(*op, algo, codec, &inputs[j], &clean[j].bufs, "clean");
@@ -48,7 +55,12 @@ fn lossy_reordering_networks_give_exact_results() {
                     let report = Sim::new(world, cfg.clone(), SimConfig::lossy(seed))
                         .unwrap()
                         .run(&mut lossy)
-                        .unwrap_or_else(|e| panic!("{algo:?} {} world {world} seed {seed}: {e}", codec_name(codec)));
+                        .unwrap_or_else(|e| {
+                            panic!(
+                                "{algo:?} {} world {world} seed {seed}: {e}",
+                                codec_name(codec)
+                            )
+                        });
                     assert!(report.retransmissions > 0 || report.messages < 20);
                     for (a, b) in clean.iter().zip(&lossy) {
                         for (x, y) in a.bufs.iter().zip(&b.bufs) {
@@ -76,9 +88,15 @@ fn peers_running_ahead_are_buffered() {
     };
     for algo in ALGOS {
         let (mut js, _) = jobs(6, 300);
-        let report = Sim::new(6, engine_config(algo, Codec::F32, 64), cfg.clone()).unwrap().run(&mut js).unwrap();
+        let report = Sim::new(6, engine_config(algo, Codec::F32, 64), cfg.clone())
+            .unwrap()
+            .run(&mut js)
+            .unwrap();
         let early: u64 = report.counters.iter().map(|c| c.early_buffered).sum();
-        assert!(early > 0, "{algo:?}: no message arrived early, the test does not exercise buffering");
+        assert!(
+            early > 0,
+            "{algo:?}: no message arrived early, the test does not exercise buffering"
+        );
     }
 }
 
@@ -91,7 +109,10 @@ fn a_stall_is_reported_not_hung() {
             bytes[8] = bytes[8].wrapping_add(1);
         }
     }));
-    let mut js = vec![Job::new(Collective::all_reduce(ReduceOp::Sum), vec![vec![1.0; 10]; 3])];
+    let mut js = vec![Job::new(
+        Collective::all_reduce(ReduceOp::Sum),
+        vec![vec![1.0; 10]; 3],
+    )];
     match s.run(&mut js) {
         Err(Error::Stalled { detail, .. }) => assert!(detail.contains("rank 0"), "{detail}"),
         other => panic!("expected a stall, got {other:?}"),
@@ -100,15 +121,28 @@ fn a_stall_is_reported_not_hung() {
 
 #[test]
 fn world_of_one_completes_without_messages() {
-    for algo in [Algo::Auto, Algo::Ring, Algo::Direct, Algo::RecursiveDoubling] {
-        let mut s = Sim::new(1, engine_config(algo, Codec::I16(Rounding::Nearest), 16), SimConfig::default()).unwrap();
+    for algo in [
+        Algo::Auto,
+        Algo::Ring,
+        Algo::Direct,
+        Algo::RecursiveDoubling,
+    ] {
+        let mut s = Sim::new(
+            1,
+            engine_config(algo, Codec::I16(Rounding::Nearest), 16),
+            SimConfig::default(),
+        )
+        .unwrap();
         let x = input(0, 100, 1);
         let mut js = vec![
             Job::new(Collective::all_reduce(ReduceOp::Avg), vec![x.clone()]),
             Job::new(Collective::barrier(), vec![vec![]]),
         ];
         let rep = s.run(&mut js).unwrap();
-        assert_eq!(js[0].bufs[0], x, "{algo:?}: world 1 must return the input exactly");
+        assert_eq!(
+            js[0].bufs[0], x,
+            "{algo:?}: world 1 must return the input exactly"
+        );
         assert_eq!(rep.messages, 0);
     }
 }

@@ -19,7 +19,15 @@ pub(crate) struct Broadcast {
 }
 
 impl Broadcast {
-    pub fn reset(&mut self, count: usize, world: usize, chunk_elems: usize, rank: usize, root: usize, shape: AlgoId) {
+    pub fn reset(
+        &mut self,
+        count: usize,
+        world: usize,
+        chunk_elems: usize,
+        rank: usize,
+        root: usize,
+        shape: AlgoId,
+    ) {
         self.count = count;
         self.root = root;
         self.shape = Some(shape);
@@ -27,7 +35,11 @@ impl Broadcast {
         self.seen.clear();
         self.seen.resize(chunks, false);
         self.received = 0;
-        self.expected = if rank == root || world == 1 { 0 } else { chunks };
+        self.expected = if rank == root || world == 1 {
+            0
+        } else {
+            chunks
+        };
     }
 
     /// Distance from the root in rank order.
@@ -70,7 +82,11 @@ impl Broadcast {
                 }
             }
             AlgoId::RecursiveDoubling => {
-                let first = if d == 0 { 0 } else { usize::BITS - d.leading_zeros() };
+                let first = if d == 0 {
+                    0
+                } else {
+                    usize::BITS - d.leading_zeros()
+                };
                 let mut s = first;
                 while s < usize::BITS && d + (1 << s) < n {
                     each(self.abs(ctx, d + (1 << s)), s as u16);
@@ -108,7 +124,14 @@ impl Algorithm for Broadcast {
         Ok(())
     }
 
-    fn on_message(&mut self, ctx: &mut Ctx, from: usize, msg: &Message<'_>, _bytes: &[u8], buf: &mut [f32]) -> Result<()> {
+    fn on_message(
+        &mut self,
+        ctx: &mut Ctx,
+        from: usize,
+        msg: &Message<'_>,
+        _bytes: &[u8],
+        buf: &mut [f32],
+    ) -> Result<()> {
         if ctx.rank == self.root {
             return Err(Error::Unexpected {
                 from,

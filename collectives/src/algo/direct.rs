@@ -47,7 +47,15 @@ fn peer_at(pos: usize, owner: usize) -> usize {
 }
 
 impl Direct {
-    pub fn reset(&mut self, count: usize, world: usize, chunk_elems: usize, reduce: bool, gather: bool, rank: usize) {
+    pub fn reset(
+        &mut self,
+        count: usize,
+        world: usize,
+        chunk_elems: usize,
+        reduce: bool,
+        gather: bool,
+        rank: usize,
+    ) {
         self.count = count;
         self.reduce = reduce;
         self.gather = gather;
@@ -55,7 +63,8 @@ impl Direct {
         self.next.clear();
         self.next.resize(own_chunks, 0);
         self.pending.clear();
-        self.pending.resize_with(own_chunks * world.saturating_sub(1), || None);
+        self.pending
+            .resize_with(own_chunks * world.saturating_sub(1), || None);
         self.max_chunks = num_chunks(&shard_range(count, world, 0), chunk_elems);
         self.seen_final.clear();
         self.seen_final.resize(world * self.max_chunks, false);
@@ -105,7 +114,9 @@ impl Direct {
         let one = ctx.bound(1);
         for pos in 0..n - 1 {
             let p = peer_at(pos, r);
-            let bytes = self.pending[c * (n - 1) + pos].take().expect("all contributions present");
+            let bytes = self.pending[c * (n - 1) + pos]
+                .take()
+                .expect("all contributions present");
             let msg = message::decode(&bytes)?;
             ctx.decode_into(&mut staging[p * len..(p + 1) * len], &msg, one);
             ctx.recycle(bytes);
@@ -122,7 +133,8 @@ impl Direct {
         let acc = &mut buf[range];
         acc.copy_from_slice(&staging[r * len..(r + 1) * len]);
         for p in (0..n).filter(|&p| p != r) {
-            ctx.combine.slice_into(acc, &staging[p * len..(p + 1) * len]);
+            ctx.combine
+                .slice_into(acc, &staging[p * len..(p + 1) * len]);
         }
         ctx.staging = staging;
         Ok(())
@@ -147,7 +159,14 @@ impl Algorithm for Direct {
                 let span = shard_range(self.count, n, p);
                 for c in 0..num_chunks(&span, ctx.chunk_elems) {
                     let range = chunk_range(&span, ctx.chunk_elems, c);
-                    ctx.send_chunk(p, 0, c, range.start, &mut buf[range.clone()], Quant::partial(r))?;
+                    ctx.send_chunk(
+                        p,
+                        0,
+                        c,
+                        range.start,
+                        &mut buf[range.clone()],
+                        Quant::partial(r),
+                    )?;
                 }
             }
             if n == 1 {
@@ -163,7 +182,14 @@ impl Algorithm for Direct {
         Ok(())
     }
 
-    fn on_message(&mut self, ctx: &mut Ctx, from: usize, msg: &Message<'_>, bytes: &[u8], buf: &mut [f32]) -> Result<()> {
+    fn on_message(
+        &mut self,
+        ctx: &mut Ctx,
+        from: usize,
+        msg: &Message<'_>,
+        bytes: &[u8],
+        buf: &mut [f32],
+    ) -> Result<()> {
         let (n, r) = (ctx.world, ctx.rank);
         ctx.check_codec(from, msg, ctx.codec_id())?;
         match msg.header.step {

@@ -125,7 +125,14 @@ impl Ctx {
         h as u32
     }
 
-    fn header(&self, codec: CodecId, step: u16, chunk: usize, offset: usize, count: usize) -> Header {
+    fn header(
+        &self,
+        codec: CodecId,
+        step: u16,
+        chunk: usize,
+        offset: usize,
+        count: usize,
+    ) -> Header {
         Header {
             kind: self.kind,
             algo: self.algo,
@@ -160,7 +167,9 @@ impl Ctx {
             Codec::I16(rounding) => {
                 let seed = self.seed_for(step, chunk as u32, q.salt);
                 out.resize(HEADER_LEN + 2 * values.len(), 0);
-                let scale = self.isa.quantize(values, rounding, seed, &mut out[HEADER_LEN..])?;
+                let scale = self
+                    .isa
+                    .quantize(values, rounding, seed, &mut out[HEADER_LEN..])?;
                 let mut h = self.header(CodecId::I16, step, chunk, offset, values.len());
                 h.scale = scale;
                 h.write((&mut out[..HEADER_LEN]).try_into().expect("header size"));
@@ -240,7 +249,8 @@ impl Ctx {
             CodecId::F32 => self.combine.f32_into(acc, msg.payload),
             CodecId::I16 => {
                 let bound = self.bound(contributions);
-                self.combine.i16_into(self.isa, acc, msg.payload, msg.header.scale, bound)
+                self.combine
+                    .i16_into(self.isa, acc, msg.payload, msg.header.scale, bound)
             }
         }
     }
@@ -252,7 +262,8 @@ impl Ctx {
             CodecId::I16 if bound.is_finite() => {
                 // 0 + v == v exactly (v is never -0.0), so this is a clamped decode.
                 out.fill(0.0);
-                self.isa.accumulate(out, msg.payload, msg.header.scale, bound);
+                self.isa
+                    .accumulate(out, msg.payload, msg.header.scale, bound);
             }
             CodecId::I16 => self.isa.dequantize(msg.payload, msg.header.scale, out),
         }
@@ -322,12 +333,24 @@ pub(crate) fn check_chunk(
 /// One running algorithm.
 pub(crate) trait Algorithm {
     fn start(&mut self, ctx: &mut Ctx, buf: &mut [f32]) -> Result<()>;
-    fn on_message(&mut self, ctx: &mut Ctx, from: usize, msg: &Message<'_>, bytes: &[u8], buf: &mut [f32]) -> Result<()>;
+    fn on_message(
+        &mut self,
+        ctx: &mut Ctx,
+        from: usize,
+        msg: &Message<'_>,
+        bytes: &[u8],
+        buf: &mut [f32],
+    ) -> Result<()>;
     fn is_done(&self) -> bool;
 }
 
 /// Marks `(slot)` as seen, failing on a duplicate.
-pub(crate) fn mark_seen(seen: &mut [bool], slot: usize, from: usize, msg: &Message<'_>) -> Result<()> {
+pub(crate) fn mark_seen(
+    seen: &mut [bool],
+    slot: usize,
+    from: usize,
+    msg: &Message<'_>,
+) -> Result<()> {
     if std::mem::replace(&mut seen[slot], true) {
         return Err(Error::Duplicate {
             from,

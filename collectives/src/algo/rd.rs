@@ -42,7 +42,7 @@ impl Layout {
     }
     /// `Some(partner)` for a folded (waiting) rank.
     pub fn extra_partner(&self, rank: usize) -> Option<usize> {
-        (rank < 2 * self.extras && rank % 2 == 0).then_some(rank + 1)
+        (rank < 2 * self.extras && rank.is_multiple_of(2)).then_some(rank + 1)
     }
     pub fn vid(&self, rank: usize) -> usize {
         if rank < 2 * self.extras {
@@ -101,7 +101,8 @@ impl Rd {
         self.stage.clear();
         self.stage.resize(self.chunks, first);
         self.pending.clear();
-        self.pending.resize_with(l.rounds as usize * self.chunks, || None);
+        self.pending
+            .resize_with(l.rounds as usize * self.chunks, || None);
         self.seen_unfold.clear();
         self.seen_unfold.resize(self.chunks, false);
         self.received = 0;
@@ -114,7 +115,14 @@ impl Rd {
         };
     }
 
-    fn send_round(&self, ctx: &mut Ctx, l: &Layout, buf: &mut [f32], c: usize, s: u32) -> Result<()> {
+    fn send_round(
+        &self,
+        ctx: &mut Ctx,
+        l: &Layout,
+        buf: &mut [f32],
+        c: usize,
+        s: u32,
+    ) -> Result<()> {
         let vid = l.vid(ctx.rank);
         let partner = l.rank_of(vid ^ (1 << s));
         let range = chunk_range(&(0..self.count), ctx.chunk_elems, c);
@@ -151,7 +159,14 @@ impl Rd {
                     replace: false,
                     residual_weight: 0.0,
                 };
-                let bytes = ctx.encode(Codec::F32, (l.rounds + 1) as u16, c, range.start, &mut buf[range], q)?;
+                let bytes = ctx.encode(
+                    Codec::F32,
+                    (l.rounds + 1) as u16,
+                    c,
+                    range.start,
+                    &mut buf[range],
+                    q,
+                )?;
                 ctx.send_copy(ctx.rank - 1, &bytes);
                 ctx.recycle(bytes);
             }
@@ -170,7 +185,14 @@ impl Algorithm for Rd {
         if let Some(partner) = l.extra_partner(ctx.rank) {
             for c in 0..self.chunks {
                 let range = chunk_range(&(0..self.count), ctx.chunk_elems, c);
-                ctx.send_chunk(partner, 0, c, range.start, &mut buf[range], Quant::partial(ctx.rank))?;
+                ctx.send_chunk(
+                    partner,
+                    0,
+                    c,
+                    range.start,
+                    &mut buf[range],
+                    Quant::partial(ctx.rank),
+                )?;
             }
             return Ok(());
         }
@@ -182,7 +204,14 @@ impl Algorithm for Rd {
         Ok(())
     }
 
-    fn on_message(&mut self, ctx: &mut Ctx, from: usize, msg: &Message<'_>, bytes: &[u8], buf: &mut [f32]) -> Result<()> {
+    fn on_message(
+        &mut self,
+        ctx: &mut Ctx,
+        from: usize,
+        msg: &Message<'_>,
+        bytes: &[u8],
+        buf: &mut [f32],
+    ) -> Result<()> {
         let l = Layout::new(ctx.world);
         let step = u32::from(msg.header.step);
         let span = 0..self.count;
@@ -232,7 +261,11 @@ impl Algorithm for Rd {
             return Ok(());
         }
         self.received += 1;
-        let contributions = if step == 0 { 1 } else { (1usize << step).min(ctx.world) };
+        let contributions = if step == 0 {
+            1
+        } else {
+            (1usize << step).min(ctx.world)
+        };
         ctx.fold(&mut buf[range], msg, contributions);
         self.stage[c] += 1;
         self.advance(ctx, &l, buf, c)
@@ -262,7 +295,14 @@ pub(crate) struct RdGather {
 }
 
 impl RdGather {
-    pub fn reset(&mut self, count: usize, world: usize, chunk_elems: usize, rank: usize, ctx: &mut Ctx) {
+    pub fn reset(
+        &mut self,
+        count: usize,
+        world: usize,
+        chunk_elems: usize,
+        rank: usize,
+        ctx: &mut Ctx,
+    ) {
         let l = Layout::new(world);
         self.count = count;
         for (_, b) in self.held.drain(..) {
@@ -371,7 +411,14 @@ impl Algorithm for RdGather {
         self.pump(ctx, &l)
     }
 
-    fn on_message(&mut self, ctx: &mut Ctx, from: usize, msg: &Message<'_>, bytes: &[u8], buf: &mut [f32]) -> Result<()> {
+    fn on_message(
+        &mut self,
+        ctx: &mut Ctx,
+        from: usize,
+        msg: &Message<'_>,
+        bytes: &[u8],
+        buf: &mut [f32],
+    ) -> Result<()> {
         let l = Layout::new(ctx.world);
         ctx.check_codec(from, msg, ctx.codec_id())?;
         let step = u32::from(msg.header.step);

@@ -30,13 +30,22 @@ pub(crate) struct Ring {
 
 impl Ring {
     /// `reduce`: run the reduce-scatter phase; `gather`: the all-gather phase.
-    pub fn reset(&mut self, count: usize, world: usize, chunk_elems: usize, reduce: bool, gather: bool, rank: usize) {
+    pub fn reset(
+        &mut self,
+        count: usize,
+        world: usize,
+        chunk_elems: usize,
+        reduce: bool,
+        gather: bool,
+        rank: usize,
+    ) {
         self.count = count;
         self.reduce = reduce;
         self.gather = gather;
         self.max_chunks = num_chunks(&shard_range(count, world, 0), chunk_elems);
         self.seen.clear();
-        self.seen.resize(2 * world.saturating_sub(1) * self.max_chunks, false);
+        self.seen
+            .resize(2 * world.saturating_sub(1) * self.max_chunks, false);
         self.received = 0;
         let chunks_of = |b: usize| num_chunks(&shard_range(count, world, b), chunk_elems);
         let left = (rank + world - 1) % world;
@@ -44,10 +53,16 @@ impl Ring {
         if world > 1 {
             if reduce {
                 // Every block except the one this rank sends first.
-                self.expected += (0..world).filter(|&b| b != left).map(chunks_of).sum::<usize>();
+                self.expected += (0..world)
+                    .filter(|&b| b != left)
+                    .map(chunks_of)
+                    .sum::<usize>();
             }
             if gather {
-                self.expected += (0..world).filter(|&b| b != rank).map(chunks_of).sum::<usize>();
+                self.expected += (0..world)
+                    .filter(|&b| b != rank)
+                    .map(chunks_of)
+                    .sum::<usize>();
             }
         }
     }
@@ -56,11 +71,21 @@ impl Ring {
         (rank + world * 2 - back % world) % world
     }
 
-    fn send_final_block(&self, ctx: &mut Ctx, buf: &mut [f32], block: usize, chunk: Option<usize>) -> Result<()> {
+    fn send_final_block(
+        &self,
+        ctx: &mut Ctx,
+        buf: &mut [f32],
+        block: usize,
+        chunk: Option<usize>,
+    ) -> Result<()> {
         let span = shard_range(self.count, ctx.world, block);
         let right = (ctx.rank + 1) % ctx.world;
         let step = (ctx.world - 1) as u16;
-        let weight = if ctx.kind == crate::message::Kind::AllGather { 0.0 } else { ctx.final_weight() };
+        let weight = if ctx.kind == crate::message::Kind::AllGather {
+            0.0
+        } else {
+            ctx.final_weight()
+        };
         let q = Quant {
             salt: ctx.rank as u32,
             replace: true,
@@ -89,7 +114,14 @@ impl Algorithm for Ring {
             let span = shard_range(self.count, n, b);
             for c in 0..num_chunks(&span, ctx.chunk_elems) {
                 let range = chunk_range(&span, ctx.chunk_elems, c);
-                ctx.send_chunk((r + 1) % n, 0, c, range.start, &mut buf[range.clone()], Quant::partial(r))?;
+                ctx.send_chunk(
+                    (r + 1) % n,
+                    0,
+                    c,
+                    range.start,
+                    &mut buf[range.clone()],
+                    Quant::partial(r),
+                )?;
             }
         } else {
             self.send_final_block(ctx, buf, r, None)?;
@@ -97,7 +129,14 @@ impl Algorithm for Ring {
         Ok(())
     }
 
-    fn on_message(&mut self, ctx: &mut Ctx, from: usize, msg: &Message<'_>, _bytes: &[u8], buf: &mut [f32]) -> Result<()> {
+    fn on_message(
+        &mut self,
+        ctx: &mut Ctx,
+        from: usize,
+        msg: &Message<'_>,
+        _bytes: &[u8],
+        buf: &mut [f32],
+    ) -> Result<()> {
         let (n, r) = (ctx.world, ctx.rank);
         let left = (r + n - 1) % n;
         if from != left {
@@ -132,7 +171,14 @@ impl Algorithm for Ring {
         if in_reduce {
             ctx.fold(&mut buf[range.clone()], msg, t + 1);
             if t + 2 < n {
-                ctx.send_chunk((r + 1) % n, (t + 1) as u16, c, range.start, &mut buf[range], Quant::partial(r))?;
+                ctx.send_chunk(
+                    (r + 1) % n,
+                    (t + 1) as u16,
+                    c,
+                    range.start,
+                    &mut buf[range],
+                    Quant::partial(r),
+                )?;
             } else {
                 // This rank owns the block: the chunk is final.
                 ctx.finalize(&mut buf[range]);

@@ -20,7 +20,10 @@ impl Residuals {
     /// Takes the residual of `tensor` out of the store (allocating zeros on
     /// first use); put it back with [`Residuals::restore`].
     pub fn take(&mut self, tensor: u64, len: usize) -> Result<Vec<f32>> {
-        let r = self.by_tensor.remove(&tensor).unwrap_or_else(|| vec![0.0; len]);
+        let r = self
+            .by_tensor
+            .remove(&tensor)
+            .unwrap_or_else(|| vec![0.0; len]);
         if r.len() != len {
             let got = r.len();
             self.by_tensor.insert(tensor, r);

@@ -167,10 +167,14 @@ impl Isa {
             (Level::Avx2, Rounding::Nearest) => unsafe { x86::quantize_nearest_avx2(x, inv, out) },
             // SAFETY: as above.
             #[cfg(target_arch = "x86_64")]
-            (Level::Avx2, Rounding::Stochastic) => unsafe { x86::quantize_stochastic_avx2(x, inv, seed, out) },
+            (Level::Avx2, Rounding::Stochastic) => unsafe {
+                x86::quantize_stochastic_avx2(x, inv, seed, out)
+            },
             // SAFETY: as above.
             #[cfg(target_arch = "x86_64")]
-            (Level::Avx512, Rounding::Nearest) => unsafe { x86::quantize_nearest_avx512(x, inv, out) },
+            (Level::Avx512, Rounding::Nearest) => unsafe {
+                x86::quantize_nearest_avx512(x, inv, out)
+            },
             // SAFETY: as above.
             #[cfg(target_arch = "x86_64")]
             (Level::Avx512, Rounding::Stochastic) => unsafe {
@@ -182,7 +186,11 @@ impl Isa {
 
     /// `out_i = (q_i as f32) * scale`. `payload.len()` must be `2 * out.len()`.
     pub fn dequantize(self, payload: &[u8], scale: f32, out: &mut [f32]) {
-        assert_eq!(payload.len(), 2 * out.len(), "payload/output length mismatch");
+        assert_eq!(
+            payload.len(),
+            2 * out.len(),
+            "payload/output length mismatch"
+        );
         match self.0 {
             Level::Scalar => scalar::dequantize(payload, scale, out),
             // SAFETY: an Isa of this level exists only if the CPU supports it.
@@ -198,7 +206,11 @@ impl Isa {
     /// (multiply, clamp, then add; never fused). `bound = f32::INFINITY`
     /// disables the clamp. `payload.len()` must be `2 * acc.len()`.
     pub fn accumulate(self, acc: &mut [f32], payload: &[u8], scale: f32, bound: f32) {
-        assert_eq!(payload.len(), 2 * acc.len(), "payload/accumulator length mismatch");
+        assert_eq!(
+            payload.len(),
+            2 * acc.len(),
+            "payload/accumulator length mismatch"
+        );
         match self.0 {
             Level::Scalar => scalar::accumulate(acc, payload, scale, bound),
             // SAFETY: an Isa of this level exists only if the CPU supports it.

@@ -8,8 +8,8 @@ pub fn absmax(x: &[f32]) -> (f32, Option<usize>) {
     let mut m = 0.0f32;
     for (i, &v) in x.iter().enumerate() {
         let a = v.abs();
-        // `!(a <= MAX)` is also true for NaN.
-        if !(a <= f32::MAX) {
+        // Catches NaN as well as infinities.
+        if !a.is_finite() {
             return (m, Some(i));
         }
         if a > m {

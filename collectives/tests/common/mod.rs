@@ -7,7 +7,8 @@ use collectives::{shard_range, Algo, Codec, Collective, Config, Op, ReduceOp, Ro
 /// Deterministic inputs in [-1, 1) (with a few exact zeros and large values
 /// mixed in by `salt`).
 pub fn input(rank: usize, n: usize, salt: u64) -> Vec<f32> {
-    let mut s = salt.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (rank as u64 + 1).wrapping_mul(0xD1B5_4A32_D192_ED03);
+    let mut s = salt.wrapping_mul(0x9E37_79B9_7F4A_7C15)
+        ^ (rank as u64 + 1).wrapping_mul(0xD1B5_4A32_D192_ED03);
     (0..n)
         .map(|i| {
             s ^= s << 13;
@@ -66,7 +67,9 @@ pub fn initial(op: Op, world: usize, n: usize, salt: u64) -> Vec<Vec<f32>> {
                 Op::AllGather => {
                     // Only the own shard is input; poison the rest.
                     let own = shard_range(n, world, r);
-                    (0..n).map(|i| if own.contains(&i) { x[i] } else { 1e30 }).collect()
+                    (0..n)
+                        .map(|i| if own.contains(&i) { x[i] } else { 1e30 })
+                        .collect()
                 }
                 Op::Broadcast { root } if r != root => vec![-7.0; n],
                 _ => x,
@@ -77,7 +80,14 @@ pub fn initial(op: Op, world: usize, n: usize, salt: u64) -> Vec<Vec<f32>> {
 
 /// Checks every rank's result against an f64 reference and the documented
 /// bound; returns the largest error seen.
-pub fn check(op: Op, algo: Algo, codec: Codec, inputs: &[Vec<f32>], outputs: &[Vec<f32>], what: &str) -> f64 {
+pub fn check(
+    op: Op,
+    algo: Algo,
+    codec: Codec,
+    inputs: &[Vec<f32>],
+    outputs: &[Vec<f32>],
+    what: &str,
+) -> f64 {
     let world = inputs.len();
     let n = inputs[0].len();
     let e = quant_factor(codec);
@@ -85,47 +95,65 @@ pub fn check(op: Op, algo: Algo, codec: Codec, inputs: &[Vec<f32>], outputs: &[V
     let q = path_len(algo, world);
     let amax: Vec<f64> = inputs.iter().map(|x| absmax(x)).collect();
     let a_sum: f64 = amax.iter().sum();
-    let shard_amax: Vec<f64> = (0..world).map(|p| absmax(&inputs[p][shard_range(n, world, p)])).collect();
+    let shard_amax: Vec<f64> = (0..world)
+        .map(|p| absmax(&inputs[p][shard_range(n, world, p)]))
+        .collect();
     let mut worst = 0.0f64;
     // Ranks whose whole buffer is the result must agree bit for bit.
     let identical = !matches!(op, Op::ReduceScatter(_) | Op::Barrier);
     if identical {
         for r in 1..world {
-            let same = outputs[r].iter().zip(&outputs[0]).all(|(a, b)| a.to_bits() == b.to_bits());
+            let same = outputs[r]
+                .iter()
+                .zip(&outputs[0])
+                .all(|(a, b)| a.to_bits() == b.to_bits());
             assert!(same, "{what}: rank {r} differs from rank 0");
         }
     }
-    for r in 0..world {
+    for (r, out) in outputs.iter().enumerate() {
         let range = match op {
             Op::ReduceScatter(_) => shard_range(n, world, r),
             Op::Barrier => 0..0,
             _ => 0..n,
         };
         for i in range {
-            let y = outputs[r][i] as f64;
+            let y = out[i] as f64;
             let (want, tol) = match op {
                 Op::AllReduce(red) | Op::ReduceScatter(red) => {
                     let col = inputs.iter().map(|x| x[i] as f64);
                     let mag: f64 = inputs.iter().map(|x| (x[i] as f64).abs()).sum();
                     match red {
-                        ReduceOp::Sum => (col.sum::<f64>(), 1e-6 * mag + e * q * a_sum / 32767.0 + (world as f64 - 1.0) * u * a_sum * e.signum()),
+                        ReduceOp::Sum => (
+                            col.sum::<f64>(),
+                            1e-6 * mag
+                                + e * q * a_sum / 32767.0
+                                + (world as f64 - 1.0) * u * a_sum * e.signum(),
+                        ),
                         ReduceOp::Avg => (
                             col.sum::<f64>() / world as f64,
-                            (1e-6 * mag + e * q * a_sum / 32767.0 + (world as f64 - 1.0) * u * a_sum * e.signum()) / world as f64,
+                            (1e-6 * mag
+                                + e * q * a_sum / 32767.0
+                                + (world as f64 - 1.0) * u * a_sum * e.signum())
+                                / world as f64,
                         ),
                         ReduceOp::Max => (col.fold(f64::MIN, f64::max), e * q * a_sum / 32767.0),
                         ReduceOp::Min => (col.fold(f64::MAX, f64::min), e * q * a_sum / 32767.0),
                     }
                 }
                 Op::AllGather => {
-                    let owner = (0..world).find(|&p| shard_range(n, world, p).contains(&i)).expect("every element has an owner");
+                    let owner = (0..world)
+                        .find(|&p| shard_range(n, world, p).contains(&i))
+                        .expect("every element has an owner");
                     (inputs[owner][i] as f64, e * shard_amax[owner] / 32767.0)
                 }
                 Op::Broadcast { root } => (inputs[root][i] as f64, e * amax[root] / 32767.0),
                 Op::Barrier => unreachable!(),
             };
             let err = (y - want).abs();
-            assert!(err <= tol, "{what}: rank {r} element {i}: got {y}, want {want}, error {err:e} > bound {tol:e}");
+            assert!(
+                err <= tol,
+                "{what}: rank {r} element {i}: got {y}, want {want}, error {err:e} > bound {tol:e}"
+            );
             worst = worst.max(err);
         }
     }
@@ -143,23 +171,39 @@ pub fn engine_config(algo: Algo, codec: Codec, chunk_elems: usize) -> Config {
 
 /// Runs `ops` over `sizes` as one job sequence (ranks run ahead into the
 /// next job) and checks each result.
-pub fn run_matrix(algo: Algo, codec: Codec, world: usize, ops: &[Op], sizes: &[usize], chunk_elems: usize, sim: SimConfig) {
+pub fn run_matrix(
+    algo: Algo,
+    codec: Codec,
+    world: usize,
+    ops: &[Op],
+    sizes: &[usize],
+    chunk_elems: usize,
+    sim: SimConfig,
+) {
     let mut jobs = Vec::new();
     let mut meta = Vec::new();
     for (k, &n) in sizes.iter().enumerate() {
         for (o, &op) in ops.iter().enumerate() {
             let op = match op {
-                Op::Broadcast { .. } => Op::Broadcast { root: (k + o) % world },
+                Op::Broadcast { .. } => Op::Broadcast {
+                    root: (k + o) % world,
+                },
                 op => op,
             };
             let salt = (k * 31 + o) as u64;
-            let bufs = if op == Op::Barrier { vec![Vec::new(); world] } else { initial(op, world, n, salt) };
+            let bufs = if op == Op::Barrier {
+                vec![Vec::new(); world]
+            } else {
+                initial(op, world, n, salt)
+            };
             meta.push((op, n, bufs.clone()));
             jobs.push(Job::new(Collective::new(op), bufs));
         }
     }
     let mut s = Sim::new(world, engine_config(algo, codec, chunk_elems), sim).unwrap();
-    let report = s.run(&mut jobs).unwrap_or_else(|e| panic!("{algo:?} {} world {world}: {e}", codec_name(codec)));
+    let report = s
+        .run(&mut jobs)
+        .unwrap_or_else(|e| panic!("{algo:?} {} world {world}: {e}", codec_name(codec)));
     for (job, (op, n, inputs)) in jobs.iter().zip(&meta) {
         let what = format!("{op:?} {algo:?} {} world {world} n {n}", codec_name(codec));
         if *op != Op::Barrier {
@@ -167,7 +211,11 @@ pub fn run_matrix(algo: Algo, codec: Codec, world: usize, ops: &[Op], sizes: &[u
         }
     }
     let wake: u64 = report.counters.iter().map(|c| c.wakeups).sum();
-    assert_eq!(wake, (jobs.len() * world) as u64, "one wake-up per rank and collective");
+    assert_eq!(
+        wake,
+        (jobs.len() * world) as u64,
+        "one wake-up per rank and collective"
+    );
 }
 
 pub fn all_ops() -> Vec<Op> {
