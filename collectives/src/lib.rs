@@ -53,16 +53,16 @@
 //!
 //! ## Algorithms and `Algo::Auto`
 //!
-//! * **Ring** ([`algo::ring`]): reduce-scatter then all-gather around the
+//! * **Ring** (`algo/ring.rs`): reduce-scatter then all-gather around the
 //!   ring, chunks (`Config::chunk_elems`, default 16384 f32 = 64 KiB)
 //!   pipelined hop by hop; bandwidth-optimal (`2(N-1)/N` of the buffer per
 //!   rank). Broadcast: a pipelined chain.
-//! * **Direct** ([`algo::direct`]): every rank sends each owner its
+//! * **Direct** (`algo/direct.rs`): every rank sends each owner its
 //!   contribution; the owner sums in a fixed order (its own values, then
 //!   peers by ascending rank; early arrivals buffered) and sends the result
 //!   to all. Only Direct lets a [`ContributionFilter`] see every
 //!   contribution before summation. Broadcast: a star.
-//! * **Recursive doubling** ([`algo::rd`]): `log2 N` rounds of pairwise
+//! * **Recursive doubling** (`algo/rd.rs`): `log2 N` rounds of pairwise
 //!   exchange of the whole buffer; non-powers of two fold the extra ranks
 //!   in first and send them the result last. Broadcast: a binomial tree.
 //!

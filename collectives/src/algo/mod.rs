@@ -1,5 +1,5 @@
 //! Collective algorithms as sans-IO state machines, and the context
-//! ([`Ctx`]) through which they encode, send and fold messages.
+//! (`Ctx`) through which they encode, send and fold messages.
 //!
 //! Every algorithm works on chunks of a contiguous element range and keeps a
 //! fixed reduction order, so the result never depends on arrival order.
