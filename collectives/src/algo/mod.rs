@@ -1,0 +1,362 @@
+//! Collective algorithms as sans-IO state machines, and the context
+//! (`Ctx`) through which they encode, send and fold messages.
+//!
+//! Every algorithm works on chunks of a contiguous element range and keeps a
+//! fixed reduction order, so the result never depends on arrival order.
+
+pub(crate) mod broadcast;
+pub(crate) mod direct;
+pub(crate) mod rd;
+pub(crate) mod ring;
+
+use std::collections::VecDeque;
+use std::ops::Range;
+
+use crate::codec::{self, Codec, Combine, Isa};
+use crate::error::{Error, Result};
+use crate::message::{self, AlgoId, CodecId, Header, Kind, Message, HEADER_LEN};
+use crate::{ContributionFilter, Counters, Outgoing};
+
+/// The elements rank `i` owns in reduce-scatter / all-gather: a balanced
+/// contiguous partition (the first `count % world` ranks get one more).
+pub fn shard_range(count: usize, world: usize, i: usize) -> Range<usize> {
+    let base = count / world;
+    let rem = count % world;
+    let start = i * base + i.min(rem);
+    start..start + base + usize::from(i < rem)
+}
+
+pub(crate) fn num_chunks(span: &Range<usize>, chunk_elems: usize) -> usize {
+    span.len().div_ceil(chunk_elems)
+}
+
+pub(crate) fn chunk_range(span: &Range<usize>, chunk_elems: usize, c: usize) -> Range<usize> {
+    let start = span.start + c * chunk_elems;
+    start..(start + chunk_elems).min(span.end)
+}
+
+/// How an outgoing chunk is quantized (ignored by the f32 codec).
+#[derive(Clone, Copy)]
+pub(crate) struct Quant {
+    /// Mixed into the stochastic-rounding seed; ranks that quantize the same
+    /// values (recursive doubling groups) must use the same salt.
+    pub salt: u32,
+    /// Replace the local values by their dequantized form, so that the
+    /// sender holds exactly what every receiver decodes.
+    pub replace: bool,
+    /// Weight of this quantization's error in the error-feedback residual
+    /// (0: not recorded; N for an average produced by dividing by N).
+    pub residual_weight: f32,
+}
+
+impl Quant {
+    pub fn partial(salt: usize) -> Quant {
+        Quant {
+            salt: salt as u32,
+            replace: false,
+            residual_weight: 1.0,
+        }
+    }
+}
+
+/// State shared by all algorithms: identity, configuration, the current
+/// collective's parameters, the outbox and the buffer pool.
+pub(crate) struct Ctx {
+    pub rank: usize,
+    pub world: usize,
+    pub chunk_elems: usize,
+    pub isa: Isa,
+    pub seed: u64,
+    pub clip: f32,
+    pub outbox: VecDeque<Outgoing>,
+    pub pool: Vec<Vec<u8>>,
+    pub counters: Counters,
+    pub filter: Option<Box<dyn ContributionFilter + Send>>,
+    pub staging: Vec<f32>,
+    // Per collective:
+    pub seq: u32,
+    pub kind: Kind,
+    pub algo: AlgoId,
+    pub codec: Codec,
+    pub combine: Combine,
+    pub avg: bool,
+    pub residual: Option<Vec<f32>>,
+}
+
+fn splitmix64(mut x: u64) -> u64 {
+    x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    x ^ (x >> 31)
+}
+
+impl Ctx {
+    pub fn codec_id(&self) -> CodecId {
+        match self.codec {
+            Codec::F32 => CodecId::F32,
+            Codec::I16(_) => CodecId::I16,
+        }
+    }
+
+    fn take_buf(&mut self) -> Vec<u8> {
+        let mut b = self.pool.pop().unwrap_or_default();
+        b.clear();
+        b
+    }
+
+    pub fn recycle(&mut self, b: Vec<u8>) {
+        // Keep the pool bounded; a driver that never recycles just allocates.
+        if self.pool.len() < 4096 {
+            self.pool.push(b);
+        }
+    }
+
+    fn push(&mut self, to: usize, bytes: Vec<u8>) {
+        self.counters.messages_sent += 1;
+        self.counters.bytes_sent += bytes.len() as u64;
+        self.outbox.push_back(Outgoing { to, bytes });
+    }
+
+    fn seed_for(&self, step: u16, chunk: u32, salt: u32) -> u32 {
+        let mut h = splitmix64(self.seed ^ u64::from(self.seq));
+        h = splitmix64(h ^ u64::from(step));
+        h = splitmix64(h ^ u64::from(chunk));
+        h = splitmix64(h ^ u64::from(salt));
+        h as u32
+    }
+
+    fn header(
+        &self,
+        codec: CodecId,
+        step: u16,
+        chunk: usize,
+        offset: usize,
+        count: usize,
+    ) -> Header {
+        Header {
+            kind: self.kind,
+            algo: self.algo,
+            codec,
+            step,
+            seq: self.seq,
+            chunk: chunk as u32,
+            offset: offset as u64,
+            count: count as u32,
+            scale: 0.0,
+        }
+    }
+
+    /// Encodes `values` (elements `offset..`) into a pooled buffer.
+    pub fn encode(
+        &mut self,
+        codec: Codec,
+        step: u16,
+        chunk: usize,
+        offset: usize,
+        values: &mut [f32],
+        q: Quant,
+    ) -> Result<Vec<u8>> {
+        let mut out = self.take_buf();
+        match codec {
+            Codec::F32 => {
+                let h = self.header(CodecId::F32, step, chunk, offset, values.len());
+                out.resize(HEADER_LEN, 0);
+                h.write((&mut out[..HEADER_LEN]).try_into().expect("header size"));
+                codec::encode_f32(values, &mut out);
+            }
+            Codec::I16(rounding) => {
+                let seed = self.seed_for(step, chunk as u32, q.salt);
+                out.resize(HEADER_LEN + 2 * values.len(), 0);
+                let scale = self
+                    .isa
+                    .quantize(values, rounding, seed, &mut out[HEADER_LEN..])?;
+                let mut h = self.header(CodecId::I16, step, chunk, offset, values.len());
+                h.scale = scale;
+                h.write((&mut out[..HEADER_LEN]).try_into().expect("header size"));
+                let payload = &out[HEADER_LEN..];
+                match self.residual.as_mut().filter(|_| q.residual_weight != 0.0) {
+                    Some(r) => {
+                        let r = &mut r[offset..offset + values.len()];
+                        for ((v, ri), b) in values.iter_mut().zip(r).zip(payload.chunks_exact(2)) {
+                            let d = i16::from_le_bytes([b[0], b[1]]) as f32 * scale;
+                            *ri += q.residual_weight * (*v - d);
+                            if q.replace {
+                                *v = d;
+                            }
+                        }
+                    }
+                    None if q.replace => self.isa.dequantize(payload, scale, values),
+                    None => {}
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Encodes and queues one chunk for `to`.
+    pub fn send_chunk(
+        &mut self,
+        to: usize,
+        step: u16,
+        chunk: usize,
+        offset: usize,
+        values: &mut [f32],
+        q: Quant,
+    ) -> Result<()> {
+        let bytes = self.encode(self.codec, step, chunk, offset, values, q)?;
+        self.push(to, bytes);
+        Ok(())
+    }
+
+    /// Queues a copy of already-encoded bytes for `to`.
+    pub fn send_copy(&mut self, to: usize, bytes: &[u8]) {
+        let mut b = self.take_buf();
+        b.extend_from_slice(bytes);
+        self.push(to, b);
+    }
+
+    /// Forwards a received message verbatim except for its step, so every
+    /// receiver decodes the very same payload bytes.
+    pub fn forward(&mut self, to: usize, msg: &Message<'_>, step: u16) {
+        let mut h = msg.header;
+        h.step = step;
+        let mut b = self.take_buf();
+        message::encode(&h, msg.payload, &mut b);
+        self.push(to, b);
+    }
+
+    pub fn check_codec(&self, from: usize, msg: &Message<'_>, want: CodecId) -> Result<()> {
+        if msg.header.codec != want {
+            return Err(Error::Unexpected {
+                from,
+                reason: "codec differs from the collective's (ranks disagree on Config::codec)",
+            });
+        }
+        Ok(())
+    }
+
+    /// Clip bound for a value that aggregates `contributions` inputs.
+    pub fn bound(&self, contributions: usize) -> f32 {
+        match self.combine {
+            Combine::Sum => self.clip * contributions as f32,
+            Combine::Max | Combine::Min => self.clip,
+        }
+    }
+
+    /// Folds a contribution into `acc` straight from the payload bytes.
+    pub fn fold(&self, acc: &mut [f32], msg: &Message<'_>, contributions: usize) {
+        match msg.header.codec {
+            CodecId::F32 => self.combine.f32_into(acc, msg.payload),
+            CodecId::I16 => {
+                let bound = self.bound(contributions);
+                self.combine
+                    .i16_into(self.isa, acc, msg.payload, msg.header.scale, bound)
+            }
+        }
+    }
+
+    /// Overwrites `out` with a message's values (clamped to `bound`).
+    pub fn decode_into(&self, out: &mut [f32], msg: &Message<'_>, bound: f32) {
+        match msg.header.codec {
+            CodecId::F32 => codec::decode_f32(msg.payload, out),
+            CodecId::I16 if bound.is_finite() => {
+                // 0 + v == v exactly (v is never -0.0), so this is a clamped decode.
+                out.fill(0.0);
+                self.isa
+                    .accumulate(out, msg.payload, msg.header.scale, bound);
+            }
+            CodecId::I16 => self.isa.dequantize(msg.payload, msg.header.scale, out),
+        }
+    }
+
+    /// Bound for a final (fully reduced or gathered) value.
+    pub fn final_bound(&self) -> f32 {
+        if self.avg || self.kind == Kind::AllGather || self.kind == Kind::Broadcast {
+            self.clip
+        } else {
+            self.bound(self.world)
+        }
+    }
+
+    /// Turns a finished sum into the requested result (`Avg` divides once).
+    pub fn finalize(&self, values: &mut [f32]) {
+        if self.avg {
+            let n = self.world as f32;
+            for v in values {
+                *v /= n;
+            }
+        }
+    }
+
+    /// Residual weight of the final quantization of a reduced value.
+    pub fn final_weight(&self) -> f32 {
+        if self.avg {
+            self.world as f32
+        } else {
+            1.0
+        }
+    }
+
+    /// Copies a message into a pooled buffer (for early arrivals).
+    pub fn keep(&mut self, bytes: &[u8]) -> Vec<u8> {
+        let mut b = self.take_buf();
+        b.extend_from_slice(bytes);
+        b
+    }
+}
+
+/// Validates that `msg` is chunk `header.chunk` of `span` and returns
+/// `(chunk, element range)`.
+pub(crate) fn check_chunk(
+    from: usize,
+    msg: &Message<'_>,
+    span: &Range<usize>,
+    chunk_elems: usize,
+) -> Result<(usize, Range<usize>)> {
+    let c = msg.header.chunk as usize;
+    if c >= num_chunks(span, chunk_elems) {
+        return Err(Error::Unexpected {
+            from,
+            reason: "chunk index outside the block",
+        });
+    }
+    let r = chunk_range(span, chunk_elems, c);
+    if msg.header.offset != r.start as u64 || msg.header.count as usize != r.len() {
+        return Err(Error::Unexpected {
+            from,
+            reason: "chunk offset/count disagree with the collective's geometry (ranks disagree on chunk size or buffer length)",
+        });
+    }
+    Ok((c, r))
+}
+
+/// One running algorithm.
+pub(crate) trait Algorithm {
+    fn start(&mut self, ctx: &mut Ctx, buf: &mut [f32]) -> Result<()>;
+    fn on_message(
+        &mut self,
+        ctx: &mut Ctx,
+        from: usize,
+        msg: &Message<'_>,
+        bytes: &[u8],
+        buf: &mut [f32],
+    ) -> Result<()>;
+    fn is_done(&self) -> bool;
+}
+
+/// Marks `(slot)` as seen, failing on a duplicate.
+pub(crate) fn mark_seen(
+    seen: &mut [bool],
+    slot: usize,
+    from: usize,
+    msg: &Message<'_>,
+) -> Result<()> {
+    if std::mem::replace(&mut seen[slot], true) {
+        return Err(Error::Duplicate {
+            from,
+            step: msg.header.step,
+            chunk: msg.header.chunk,
+        });
+    }
+    Ok(())
+}

@@ -1,0 +1,70 @@
+//! The crate's one error type.
+
+use thiserror::Error;
+
+/// Everything the engine, the codecs and the simulator can refuse.
+///
+/// A malformed or unexpected message is always an `Err`, never a panic: the
+/// driver decides whether to drop the peer or abort the collective.
+#[derive(Debug, Error, Clone, PartialEq)]
+pub enum Error {
+    #[error("message too short: {len} bytes, the header alone is {header} bytes")]
+    Truncated { len: usize, header: usize },
+    #[error("bad message magic {0:#04x}: the peer does not speak the ainftp collectives protocol")]
+    BadMagic(u8),
+    #[error("unsupported protocol version {0}: run the same ainftp version on every rank")]
+    BadVersion(u8),
+    #[error("unknown {field} value {value} in message header")]
+    UnknownField { field: &'static str, value: u8 },
+    #[error("payload is {got} bytes, the header announces {want} ({count} elements)")]
+    PayloadLength {
+        got: usize,
+        want: usize,
+        count: usize,
+    },
+    #[error("i16 chunk of {0} elements exceeds the codec limit of 65535")]
+    ChunkTooLong(usize),
+    #[error("invalid chunk scale {0:e}: must be finite, >= 0 and <= f32::MAX / 32767 (and 0 for f32 payloads)")]
+    BadScale(f32),
+    #[error(
+        "non-finite value {value} at element {index}: the i16 codec only quantizes finite inputs"
+    )]
+    NonFinite { index: usize, value: f32 },
+    #[error("rank {rank} is out of range for a world of {world}")]
+    RankOutOfRange { rank: usize, world: usize },
+    #[error("invalid configuration: {0}")]
+    Config(&'static str),
+    #[error("buffer has {got} elements, this collective needs {want}")]
+    BufferLength { got: usize, want: usize },
+    #[error("a collective is already running; wait for it to complete before starting the next")]
+    Busy,
+    #[error("message from rank {from} for collective {seq}, which already completed (current {current})")]
+    StaleMessage { from: usize, seq: u32, current: u32 },
+    #[error("message from rank {from} is too far ahead (collective {seq}, current {current}); ranks must issue collectives in the same order")]
+    TooFarAhead { from: usize, seq: u32, current: u32 },
+    #[error("early-message buffer full ({limit} bytes): a peer runs too far ahead; raise Config::max_early_bytes")]
+    EarlyBufferFull { limit: usize },
+    #[error("unexpected message from rank {from}: {reason}")]
+    Unexpected { from: usize, reason: &'static str },
+    #[error("duplicate message from rank {from} (step {step}, chunk {chunk})")]
+    Duplicate { from: usize, step: u16, chunk: u32 },
+    #[error("a contribution filter only runs under Algo::Direct (or Auto); {0:?} cannot see individual contributions")]
+    FilterNeedsDirect(crate::Algo),
+    #[error("residual for tensor {tensor} has {got} elements, this collective has {want}")]
+    ResidualLength {
+        tensor: u64,
+        got: usize,
+        want: usize,
+    },
+    #[error("simulation stalled at t={time_ns} ns: {detail}")]
+    Stalled { time_ns: u64, detail: String },
+    #[error("rank {rank} failed in the simulation: {source}")]
+    SimRank {
+        rank: usize,
+        #[source]
+        source: Box<Error>,
+    },
+}
+
+/// Shorthand used across the crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

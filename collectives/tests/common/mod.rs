@@ -1,0 +1,233 @@
+//! Shared helpers: inputs, f64 references and the documented error bounds.
+#![allow(dead_code)]
+
+use collectives::sim::{Job, Sim, SimConfig};
+use collectives::{shard_range, Algo, Codec, Collective, Config, Op, ReduceOp, Rounding};
+
+/// Deterministic inputs in [-1, 1) (with a few exact zeros and large values
+/// mixed in by `salt`).
+pub fn input(rank: usize, n: usize, salt: u64) -> Vec<f32> {
+    let mut s = salt.wrapping_mul(0x9E37_79B9_7F4A_7C15)
+        ^ (rank as u64 + 1).wrapping_mul(0xD1B5_4A32_D192_ED03);
+    (0..n)
+        .map(|i| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            let v = (s >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0;
+            if i % 97 == 5 {
+                0.0
+            } else {
+                v
+            }
+        })
+        .collect()
+}
+
+pub const ALGOS: [Algo; 3] = [Algo::Ring, Algo::Direct, Algo::RecursiveDoubling];
+
+pub fn codec_name(c: Codec) -> &'static str {
+    match c {
+        Codec::F32 => "f32",
+        Codec::I16(Rounding::Nearest) => "i16-nearest",
+        Codec::I16(Rounding::Stochastic) => "i16-stochastic",
+    }
+}
+
+/// Per-quantization error factor `e` of the crate docs.
+pub fn quant_factor(c: Codec) -> f64 {
+    match c {
+        Codec::F32 => 0.0,
+        Codec::I16(Rounding::Nearest) => 0.51,
+        Codec::I16(Rounding::Stochastic) => 1.01,
+    }
+}
+
+/// Quantizations on an element's path (crate docs).
+pub fn path_len(algo: Algo, world: usize) -> f64 {
+    match algo {
+        Algo::RecursiveDoubling => {
+            let p = 1usize << (usize::BITS - 1 - world.leading_zeros());
+            (2 * p - 2 + (world - p)) as f64
+        }
+        _ => world as f64,
+    }
+}
+
+pub fn absmax(x: &[f32]) -> f64 {
+    x.iter().fold(0.0f64, |m, v| m.max(v.abs() as f64))
+}
+
+/// Builds the per-rank buffers a collective starts from.
+pub fn initial(op: Op, world: usize, n: usize, salt: u64) -> Vec<Vec<f32>> {
+    (0..world)
+        .map(|r| {
+            let x = input(r, n, salt);
+            match op {
+                Op::AllGather => {
+                    // Only the own shard is input; poison the rest.
+                    let own = shard_range(n, world, r);
+                    (0..n)
+                        .map(|i| if own.contains(&i) { x[i] } else { 1e30 })
+                        .collect()
+                }
+                Op::Broadcast { root } if r != root => vec![-7.0; n],
+                _ => x,
+            }
+        })
+        .collect()
+}
+
+/// Checks every rank's result against an f64 reference and the documented
+/// bound; returns the largest error seen.
+pub fn check(
+    op: Op,
+    algo: Algo,
+    codec: Codec,
+    inputs: &[Vec<f32>],
+    outputs: &[Vec<f32>],
+    what: &str,
+) -> f64 {
+    let world = inputs.len();
+    let n = inputs[0].len();
+    let e = quant_factor(codec);
+    let u = 2f64.powi(-24);
+    let q = path_len(algo, world);
+    let amax: Vec<f64> = inputs.iter().map(|x| absmax(x)).collect();
+    let a_sum: f64 = amax.iter().sum();
+    let shard_amax: Vec<f64> = (0..world)
+        .map(|p| absmax(&inputs[p][shard_range(n, world, p)]))
+        .collect();
+    let mut worst = 0.0f64;
+    // Ranks whose whole buffer is the result must agree bit for bit.
+    let identical = !matches!(op, Op::ReduceScatter(_) | Op::Barrier);
+    if identical {
+        for r in 1..world {
+            let same = outputs[r]
+                .iter()
+                .zip(&outputs[0])
+                .all(|(a, b)| a.to_bits() == b.to_bits());
+            assert!(same, "{what}: rank {r} differs from rank 0");
+        }
+    }
+    for (r, out) in outputs.iter().enumerate() {
+        let range = match op {
+            Op::ReduceScatter(_) => shard_range(n, world, r),
+            Op::Barrier => 0..0,
+            _ => 0..n,
+        };
+        for i in range {
+            let y = out[i] as f64;
+            let (want, tol) = match op {
+                Op::AllReduce(red) | Op::ReduceScatter(red) => {
+                    let col = inputs.iter().map(|x| x[i] as f64);
+                    let mag: f64 = inputs.iter().map(|x| (x[i] as f64).abs()).sum();
+                    match red {
+                        ReduceOp::Sum => (
+                            col.sum::<f64>(),
+                            1e-6 * mag
+                                + e * q * a_sum / 32767.0
+                                + (world as f64 - 1.0) * u * a_sum * e.signum(),
+                        ),
+                        ReduceOp::Avg => (
+                            col.sum::<f64>() / world as f64,
+                            (1e-6 * mag
+                                + e * q * a_sum / 32767.0
+                                + (world as f64 - 1.0) * u * a_sum * e.signum())
+                                / world as f64,
+                        ),
+                        ReduceOp::Max => (col.fold(f64::MIN, f64::max), e * q * a_sum / 32767.0),
+                        ReduceOp::Min => (col.fold(f64::MAX, f64::min), e * q * a_sum / 32767.0),
+                    }
+                }
+                Op::AllGather => {
+                    let owner = (0..world)
+                        .find(|&p| shard_range(n, world, p).contains(&i))
+                        .expect("every element has an owner");
+                    (inputs[owner][i] as f64, e * shard_amax[owner] / 32767.0)
+                }
+                Op::Broadcast { root } => (inputs[root][i] as f64, e * amax[root] / 32767.0),
+                Op::Barrier => unreachable!(),
+            };
+            let err = (y - want).abs();
+            assert!(
+                err <= tol,
+                "{what}: rank {r} element {i}: got {y}, want {want}, error {err:e} > bound {tol:e}"
+            );
+            worst = worst.max(err);
+        }
+    }
+    worst
+}
+
+pub fn engine_config(algo: Algo, codec: Codec, chunk_elems: usize) -> Config {
+    Config {
+        algo,
+        codec,
+        chunk_elems,
+        ..Config::default()
+    }
+}
+
+/// Runs `ops` over `sizes` as one job sequence (ranks run ahead into the
+/// next job) and checks each result.
+pub fn run_matrix(
+    algo: Algo,
+    codec: Codec,
+    world: usize,
+    ops: &[Op],
+    sizes: &[usize],
+    chunk_elems: usize,
+    sim: SimConfig,
+) {
+    let mut jobs = Vec::new();
+    let mut meta = Vec::new();
+    for (k, &n) in sizes.iter().enumerate() {
+        for (o, &op) in ops.iter().enumerate() {
+            let op = match op {
+                Op::Broadcast { .. } => Op::Broadcast {
+                    root: (k + o) % world,
+                },
+                op => op,
+            };
+            let salt = (k * 31 + o) as u64;
+            let bufs = if op == Op::Barrier {
+                vec![Vec::new(); world]
+            } else {
+                initial(op, world, n, salt)
+            };
+            meta.push((op, n, bufs.clone()));
+            jobs.push(Job::new(Collective::new(op), bufs));
+        }
+    }
+    let mut s = Sim::new(world, engine_config(algo, codec, chunk_elems), sim).unwrap();
+    let report = s
+        .run(&mut jobs)
+        .unwrap_or_else(|e| panic!("{algo:?} {} world {world}: {e}", codec_name(codec)));
+    for (job, (op, n, inputs)) in jobs.iter().zip(&meta) {
+        let what = format!("{op:?} {algo:?} {} world {world} n {n}", codec_name(codec));
+        if *op != Op::Barrier {
+            check(*op, algo, codec, inputs, &job.bufs, &what);
+        }
+    }
+    let wake: u64 = report.counters.iter().map(|c| c.wakeups).sum();
+    assert_eq!(
+        wake,
+        (jobs.len() * world) as u64,
+        "one wake-up per rank and collective"
+    );
+}
+
+pub fn all_ops() -> Vec<Op> {
+    vec![
+        Op::AllReduce(ReduceOp::Sum),
+        Op::AllReduce(ReduceOp::Avg),
+        Op::AllReduce(ReduceOp::Max),
+        Op::AllReduce(ReduceOp::Min),
+        Op::ReduceScatter(ReduceOp::Sum),
+        Op::ReduceScatter(ReduceOp::Avg),
+        Op::AllGather,
+        Op::Broadcast { root: 0 },
+        Op::Barrier,
+    ]
+}
