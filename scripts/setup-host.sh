@@ -17,6 +17,7 @@ packages=(
     pkg-config libclang-dev clang cmake build-essential  # bindgen, the C shim, quiche later
     libxdp-dev libbpf-dev libelf-dev libpcap-dev libnuma-dev
     iproute2 nftables iputils-ping kmod procps ethtool
+    python3 python3-pip         # aioquic, the independent QUIC peer of the interop tests
 )
 missing=()
 for p in "${packages[@]}"; do
@@ -36,6 +37,14 @@ say "DPDK $(pkg-config --modversion libdpdk)"
 if ! cargo nextest --version >/dev/null 2>&1; then
     say "installing cargo-nextest"
     cargo install --locked cargo-nextest >/dev/null
+fi
+
+# aioquic, pinned: the QUIC implementation the interop tests run against.
+AIOQUIC_VERSION=1.3.0
+if [ "$(python3 -c 'import aioquic; print(aioquic.__version__)' 2>/dev/null)" != "$AIOQUIC_VERSION" ]; then
+    say "installing aioquic $AIOQUIC_VERSION"
+    pip3 install -q --break-system-packages "aioquic==$AIOQUIC_VERSION" 2>&1 | grep -v "^WARNING: Running pip as" || true
+    python3 -c 'import aioquic' || { echo "setup-host: aioquic did not install" >&2; exit 1; }
 fi
 
 nr=/sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages

@@ -236,17 +236,32 @@ impl<B: Datagram> Endpoint<B> {
         peer: SocketAddrV4,
         server_name: Option<&str>,
     ) -> Result<ConnHandle, QuicError> {
+        self.connect_resuming(local, peer, server_name, None)
+    }
+
+    /// `connect`, resuming the TLS session of an earlier connection to the
+    /// same server (`session` from `session()`): a shorter handshake.
+    pub fn connect_resuming(
+        &mut self,
+        local: SocketAddrV4,
+        peer: SocketAddrV4,
+        server_name: Option<&str>,
+        session: Option<&[u8]>,
+    ) -> Result<ConnHandle, QuicError> {
         if self.conns.len() >= self.config.max_connections {
             return Err(QuicError::TooManyConnections(self.config.max_connections));
         }
         let scid = new_cid(self.lcore, &mut self.rng);
-        let q = quiche::connect(
+        let mut q = quiche::connect(
             server_name,
             &scid,
             SocketAddr::V4(local),
             SocketAddr::V4(peer),
             &mut self.client_config,
         )?;
+        if let Some(session) = session {
+            q.set_session(session)?;
+        }
         self.stats.connected += 1;
         Ok(self.insert(q, peer, local.port(), scid, false))
     }
@@ -595,6 +610,17 @@ impl<B: Datagram> Endpoint<B> {
 
     pub fn is_established(&self, h: ConnHandle) -> bool {
         self.conns.get(&h.0).is_some_and(|c| c.established)
+    }
+
+    /// The TLS session to resume later (clients, once established and the
+    /// server's ticket arrived).
+    pub fn session(&self, h: ConnHandle) -> Option<Vec<u8>> {
+        self.conns.get(&h.0)?.q.session().map(<[u8]>::to_vec)
+    }
+
+    /// Whether the handshake resumed an earlier session.
+    pub fn is_resumed(&self, h: ConnHandle) -> bool {
+        self.conns.get(&h.0).is_some_and(|c| c.q.is_resumed())
     }
 
     pub fn peer(&self, h: ConnHandle) -> Option<SocketAddrV4> {

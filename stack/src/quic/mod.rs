@@ -11,6 +11,7 @@ pub mod certs;
 pub mod cid;
 pub mod config;
 pub mod endpoint;
+pub mod lcore;
 pub mod perf;
 pub mod token;
 

@@ -3,24 +3,26 @@
 //! the NIC's RSS where the PMD has it, else by software steering from the
 //! lcore that owns the only rx queue (said in the log).
 
+pub mod app;
 pub mod idle;
 pub mod services;
 
 use std::net::Ipv4Addr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use dpdk_ffi::{lcore, Eal, Mempool, Port, PortConfig, PortStats, Ring};
 
-use crate::counters::{Counters, DropReason, SharedCounters};
+use crate::counters::{Counters, SharedCounters};
 use crate::host::{Host, HostConfig, NeighbourConfig, NeighbourTable};
-use crate::io::dpdk::{DpdkIo, RxSource, Steering, TxPath, UdpMbuf, RX_BURST};
+use crate::io::dpdk::{DpdkIo, RxSource, Steering, TxPath, UdpMbuf};
 use crate::io::impair::{ImpairConfig, Impaired};
 use crate::io::CountedIo;
 use crate::rss::{QueueMap, DEFAULT_KEY, SYMMETRIC_KEY};
 use crate::wire::EthernetAddress;
 
+pub use app::{LcoreApp, ServicesApp};
 pub use idle::{Backoff, IdlePolicy};
 pub use services::{Echo, Services, UdpHandler};
 
@@ -337,6 +339,18 @@ impl Runtime {
     where
         F: Fn(usize) -> Services<UdpMbuf>,
     {
+        self.run_apps(stop, |i| ServicesApp::new(services(i)))
+            .map(|(report, _)| report)
+    }
+
+    /// Run `make(i)` on lcore i (an endpoint, a collective's shard, ...)
+    /// until `stop` is set, then drain, close the port and report; the
+    /// apps come back (in lcore order) for their results.
+    pub fn run_apps<A, F>(self, stop: Arc<AtomicBool>, make: F) -> Result<(RunReport, Vec<A>)>
+    where
+        A: LcoreApp<DpdkIo> + LcoreApp<Impaired<DpdkIo>> + Send + 'static,
+        F: Fn(usize) -> A,
+    {
         let Runtime {
             port,
             pool,
@@ -349,124 +363,114 @@ impl Runtime {
         let mut joins = Vec::new();
         let mut first = None;
         for mut w in workers {
-            let svc = services(w.index);
+            let app = make(w.index);
             if w.index == 0 {
                 w.io.announce();
-                first = Some((w, svc));
+                first = Some((w, app));
                 continue;
             }
             let stop = stop.clone();
             let lc = w.lcore;
             joins.push(lcore::launch(&eal, lc, move || {
-                run_worker(w, svc, &stop, idle, impair)
+                run_worker(w, app, &stop, idle, impair)
             })?);
         }
-        let (w0, svc0) = first.expect("at least the main lcore");
-        let mut per_lcore = vec![run_worker(w0, svc0, &stop, idle, impair)];
+        let (w0, app0) = first.expect("at least the main lcore");
+        let mut results = vec![run_worker(w0, app0, &stop, idle, impair)];
         for j in joins {
-            per_lcore.push(j.join()?);
+            results.push(j.join()?);
         }
         let mut total = Counters::default();
+        let (per_lcore, apps): (Vec<Counters>, Vec<A>) = results.into_iter().unzip();
         for c in &per_lcore {
             total.add(c);
         }
         let port_stats = port.stats().unwrap_or_default();
         drop(port);
         let in_use = pool.in_use();
-        Ok(RunReport {
-            per_lcore,
-            total,
-            port: port_stats,
-            mbufs_in_use_after_close: in_use,
-        })
+        Ok((
+            RunReport {
+                per_lcore,
+                total,
+                port: port_stats,
+                mbufs_in_use_after_close: in_use,
+            },
+            apps,
+        ))
     }
 }
 
-/// Received datagrams and replies are held this many at most; beyond,
-/// replies are dropped (counted) rather than buffered without bound.
-const MAX_PENDING_TX: usize = 4 * RX_BURST;
-
-/// One lcore: rx burst, hand datagrams to services, tx burst, timers, until
-/// `stop`; then drain. Works over any backend: the DPDK stack, kernel UDP
-/// sockets, or either behind an `Impaired` wrapper. Returns the counters.
+/// One lcore: the services' loop (see `app_loop`) over any backend: the
+/// DPDK stack, kernel UDP sockets, or either behind an `Impaired` wrapper.
 pub fn poll_loop<P: CountedIo>(
     io: &mut P,
-    mut services: Services<P::Buf>,
+    services: Services<P::Buf>,
     stop: &AtomicBool,
     idle: IdlePolicy,
     publish: &SharedCounters,
 ) -> Counters {
-    let mut rx: Vec<P::Buf> = Vec::with_capacity(RX_BURST);
-    let mut tx: Vec<P::Buf> = Vec::with_capacity(MAX_PENDING_TX);
+    app_loop(io, &mut ServicesApp::new(services), stop, idle, publish)
+}
+
+/// One lcore: `app.poll` until `stop`, backing off while idle, timers and
+/// counters every so often; then `app.drain`. Returns the counters.
+pub fn app_loop<P: CountedIo, A: LcoreApp<P>>(
+    io: &mut P,
+    app: &mut A,
+    stop: &AtomicBool,
+    idle: IdlePolicy,
+    publish: &SharedCounters,
+) -> Counters {
     let mut backoff = Backoff::new(idle);
-    // Drops decided here (no listener, backlog) rather than in the backend.
-    let mut ours = Counters::default();
-    let total = |io: &P, ours: &Counters| {
+    let total = |io: &P, app: &A| {
         let mut c = io.counters();
-        c.add(ours);
+        c.add(&app.counters());
         c
     };
     let mut loops: u64 = 0;
     while !stop.load(Ordering::Relaxed) {
-        let got = io.recv_burst(&mut rx, RX_BURST);
-        for d in rx.drain(..) {
-            if services.dispatch(d, &mut tx).is_err() {
-                ours.drop(DropReason::NoListener);
-            }
-        }
-        if tx.len() > MAX_PENDING_TX {
-            let excess = tx.len() - MAX_PENDING_TX;
-            tx.truncate(MAX_PENDING_TX);
-            ours.drops[DropReason::TxFull as usize] += excess as u64;
-        }
-        let sent = if tx.is_empty() {
-            0
-        } else {
-            io.send_burst(&mut tx)
-        };
+        let moved = app.poll(io);
         loops += 1;
         // Timers and counters need not run every iteration at full rate.
-        if got == 0 || loops % 64 == 0 {
+        if moved == 0 || loops % 64 == 0 {
             io.poll(Instant::now());
-            publish.publish(&total(io, &ours));
+            publish.publish(&total(io, app));
         }
-        backoff.after_poll(got + sent);
+        backoff.after_poll(moved);
     }
-    // Drain: give what is still queued a moment to leave, then count it.
-    let deadline = Instant::now() + Duration::from_millis(100);
-    while !tx.is_empty() && Instant::now() < deadline {
-        io.send_burst(&mut tx);
-        io.poll(Instant::now());
-    }
-    ours.drops[DropReason::TxFull as usize] += tx.len() as u64;
-    tx.clear();
+    app.drain(io);
     io.poll(Instant::now());
-    let last = total(io, &ours);
+    let last = total(io, app);
     publish.publish(&last);
     last
 }
 
-/// Run one worker's loop, behind an impairment when asked.
-fn run_worker(
+/// Run one worker's loop, behind an impairment when asked; the counters
+/// and the app come back.
+fn run_worker<A>(
     w: Worker,
-    services: Services<UdpMbuf>,
+    mut app: A,
     stop: &AtomicBool,
     idle: IdlePolicy,
     impair: Option<ImpairConfig>,
-) -> Counters {
+) -> (Counters, A)
+where
+    A: LcoreApp<DpdkIo> + LcoreApp<Impaired<DpdkIo>>,
+{
     let Worker {
         index,
         mut io,
         counters,
         ..
     } = w;
-    match impair {
-        None => poll_loop(&mut io, services, stop, idle, &counters),
+    let c = match impair {
+        None => app_loop(&mut io, &mut app, stop, idle, &counters),
         Some(mut cfg) => {
             // Each lcore draws its own random stream from the seed.
             cfg.seed = cfg.seed.wrapping_add(index as u64);
             let mut io = Impaired::new(io, cfg).expect("impairment validated at start");
-            poll_loop(&mut io, services, stop, idle, &counters)
+            app_loop(&mut io, &mut app, stop, idle, &counters)
         }
-    }
+    };
+    (c, app)
 }

@@ -13,8 +13,9 @@ use std::time::{Duration, Instant};
 
 use dpdk_ffi::Eal;
 use stack::counters::SharedCounters;
-use stack::io::dpdk::UdpMbuf;
-use stack::runtime::{RunReport, Runtime, RuntimeConfig, Services};
+use stack::io::dpdk::{DpdkIo, UdpMbuf};
+use stack::io::impair::Impaired;
+use stack::runtime::{LcoreApp, RunReport, Runtime, RuntimeConfig, Services, ServicesApp};
 
 pub fn eal(lcores: &str) -> Eal {
     Eal::init([
@@ -38,9 +39,11 @@ pub fn sh_out(cmd: &str) -> String {
 }
 
 /// A runtime running on its own thread until `finish`.
-pub struct Running {
+/// The runtime on its own thread, running `A` on every lcore (the UDP
+/// services by default).
+pub struct Running<A = ServicesApp<UdpMbuf>> {
     stop: Arc<AtomicBool>,
-    handle: Option<JoinHandle<RunReport>>,
+    handle: Option<JoinHandle<(RunReport, Vec<A>)>>,
     pub counters: Vec<Arc<SharedCounters>>,
     pub mac: [u8; 6],
 }
@@ -50,12 +53,24 @@ impl Running {
     where
         F: Fn(usize) -> Services<UdpMbuf> + Send + 'static,
     {
+        Running::start_apps(eal, cfg, move |i| ServicesApp::new(services(i)))
+    }
+}
+
+impl<A> Running<A>
+where
+    A: LcoreApp<DpdkIo> + LcoreApp<Impaired<DpdkIo>> + Send + 'static,
+{
+    pub fn start_apps<F>(eal: &Eal, cfg: &RuntimeConfig, make: F) -> Running<A>
+    where
+        F: Fn(usize) -> A + Send + 'static,
+    {
         let rt = Runtime::start(eal, cfg).expect("runtime starts");
         let mac = rt.port().mac();
         let counters = rt.counters();
         let stop = Arc::new(AtomicBool::new(false));
         let s = stop.clone();
-        let handle = std::thread::spawn(move || rt.run(s, services).expect("runtime runs"));
+        let handle = std::thread::spawn(move || rt.run_apps(s, make).expect("runtime runs"));
         Running {
             stop,
             handle: Some(handle),
@@ -64,15 +79,38 @@ impl Running {
         }
     }
 
-    pub fn finish(mut self) -> RunReport {
+    pub fn finish(self) -> RunReport {
+        self.finish_apps().0
+    }
+
+    /// Stop, and get the report and every lcore's app back.
+    pub fn finish_apps(mut self) -> (RunReport, Vec<A>) {
         self.stop.store(true, Ordering::Relaxed);
         self.handle.take().unwrap().join().expect("runtime thread")
     }
 }
 
-impl Drop for Running {
+impl<A> Drop for Running<A> {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+/// A cluster directory with a CA and nodes `server` and `client`.
+pub fn cluster(tag: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("ainftp-quic-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    stack::quic::certs::create_ca(&dir, tag).unwrap();
+    stack::quic::certs::issue_node(&dir, "server").unwrap();
+    stack::quic::certs::issue_node(&dir, "client").unwrap();
+    dir
+}
+
+/// A cluster node's QUIC config speaking the perf protocol.
+pub fn perf_node_config(dir: &std::path::Path, name: &str) -> stack::quic::QuicConfig {
+    stack::quic::QuicConfig {
+        alpn: vec![stack::quic::perf::PERF_ALPN.to_vec()],
+        ..stack::quic::QuicConfig::cluster_node(&stack::quic::certs::NodeFiles::in_dir(dir, name))
     }
 }
 

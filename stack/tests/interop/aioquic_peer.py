@@ -1,0 +1,219 @@
+#!/usr/bin/env python3
+"""aioquic, an independent QUIC implementation, speaking ainftp's perf
+protocol (ALPN ainftp-perf/1, see stack/src/quic/perf.rs) as a client or a
+server, for the interop tests. Prints one JSON line with what it saw and
+exits 0 only if every exchange was byte-exact.
+
+  client: echo streams of the given sizes (all concurrent), datagrams echoed,
+          then close with an application error code; optionally ChaCha20
+          only, a key update mid-transfer, and session resumption.
+  server: echo/discard/source streams and echo datagrams; reports the close
+          code of the first connection that ends, then exits.
+"""
+import argparse
+import asyncio
+import json
+import ssl
+import sys
+
+from aioquic.asyncio import connect, serve
+from aioquic.asyncio.protocol import QuicConnectionProtocol
+from aioquic.quic.configuration import QuicConfiguration
+from aioquic.quic.events import (ConnectionTerminated, DatagramFrameReceived,
+                                 StreamDataReceived)
+from aioquic.tls import CipherSuite
+
+ALPN = "ainftp-perf/1"
+
+
+def pattern(offset, n):
+    return bytes((offset + i) % 251 for i in range(n))
+
+
+def request(mode, n):
+    return mode + n.to_bytes(8, "big")
+
+
+class Perf(QuicConnectionProtocol):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.received = {}
+        self.finished = {}
+        self.datagrams = []
+        self.server_streams = {}
+        self.terminated = asyncio.get_event_loop().create_future()
+        self.changed = asyncio.Event()
+
+    # --- server side -------------------------------------------------
+    def serve_stream(self, sid, data, end):
+        st = self.server_streams.setdefault(sid, {"hdr": b"", "mode": None, "count": 0})
+        if st["mode"] is None:
+            need = 9 - len(st["hdr"])
+            st["hdr"] += data[:need]
+            data = data[need:]
+            if len(st["hdr"]) == 9:
+                st["mode"] = st["hdr"][:1]
+                st["arg"] = int.from_bytes(st["hdr"][1:], "big")
+                if st["mode"] == b"S":
+                    self._quic.send_stream_data(sid, pattern(0, st["arg"]), end_stream=True)
+        if st["mode"] == b"E":
+            self._quic.send_stream_data(sid, data, end_stream=end)
+        elif st["mode"] == b"D":
+            st["count"] += len(data)
+            if end:
+                self._quic.send_stream_data(sid, st["count"].to_bytes(8, "big"), end_stream=True)
+
+    def quic_event_received(self, event):
+        if isinstance(event, StreamDataReceived):
+            if self._quic.configuration.is_client:
+                self.received.setdefault(event.stream_id, bytearray()).extend(event.data)
+                if event.end_stream:
+                    self.finished[event.stream_id] = True
+            else:
+                self.serve_stream(event.stream_id, event.data, event.end_stream)
+        elif isinstance(event, DatagramFrameReceived):
+            if self._quic.configuration.is_client:
+                self.datagrams.append(event.data)
+            else:
+                self._quic.send_datagram_frame(event.data)
+        elif isinstance(event, ConnectionTerminated):
+            if not self.terminated.done():
+                self.terminated.set_result(event)
+        self.changed.set()
+
+
+async def wait_until(proto, cond, timeout):
+    loop = asyncio.get_event_loop()
+    deadline = loop.time() + timeout
+    while not cond():
+        left = deadline - loop.time()
+        if left <= 0:
+            return False
+        proto.changed.clear()
+        try:
+            await asyncio.wait_for(proto.changed.wait(), min(left, 0.5))
+        except asyncio.TimeoutError:
+            pass
+    return True
+
+
+def client_config(args, ticket_store):
+    cfg = QuicConfiguration(is_client=True, alpn_protocols=[ALPN],
+                            max_datagram_frame_size=65536,
+                            server_name=args.server_name)
+    cfg.load_verify_locations(args.ca)
+    cfg.verify_mode = ssl.CERT_REQUIRED
+    if args.cert:
+        cfg.load_cert_chain(args.cert, args.key)
+    if args.chacha20:
+        cfg.cipher_suites = [CipherSuite.CHACHA20_POLY1305_SHA256]
+    if "ticket" in ticket_store:
+        cfg.session_ticket = ticket_store["ticket"]
+    return cfg
+
+
+async def one_client(args, ticket_store, result):
+    cfg = client_config(args, ticket_store)
+    handler = lambda t: ticket_store.__setitem__("ticket", t)
+    async with connect(args.host, args.port, configuration=cfg,
+                       create_protocol=Perf, session_ticket_handler=handler,
+                       wait_connected=True) as proto:
+        quic = proto._quic
+        result["resumed"] = quic.tls.session_resumed
+        result["cipher"] = CipherSuite(quic.tls.key_schedule.cipher_suite).name if quic.tls.key_schedule else None
+        expected = {}
+        for size in args.sizes:
+            for _ in range(args.streams):
+                sid = quic.get_next_available_stream_id()
+                quic.send_stream_data(sid, request(b"E", 0) + pattern(0, size), end_stream=True)
+                expected[sid] = size
+        proto.transmit()
+        if args.key_update:
+            await asyncio.sleep(0.05)
+            quic.request_key_update()
+            proto.transmit()
+            result["key_update"] = True
+        for i in range(args.datagrams):
+            quic.send_datagram_frame(bytes([i % 256]) * (50 + i))
+        proto.transmit()
+        done = await wait_until(proto, lambda: len(proto.finished) == len(expected), args.timeout)
+        bad = [sid for sid, n in expected.items()
+               if bytes(proto.received.get(sid, b"")) != pattern(0, n)]
+        await wait_until(proto, lambda: len(proto.datagrams) >= args.datagrams, 5)
+        got = sorted(proto.datagrams, key=len)
+        want = [bytes([i % 256]) * (50 + i) for i in range(args.datagrams)]
+        result.update(streams=len(expected), complete=done, mismatched=len(bad),
+                      datagrams=len(got), datagrams_ok=got == want,
+                      bytes=sum(expected.values()))
+        quic.close(error_code=args.close_code, reason_phrase="interop done")
+        proto.transmit()
+        await asyncio.sleep(0.2)
+        return done and not bad and got == want
+
+
+async def run_client(args):
+    tickets, result, ok = {}, {}, True
+    for attempt in range(2 if args.resume else 1):
+        r = {}
+        ok = await one_client(args, tickets, r) and ok
+        result["first" if attempt == 0 else "second"] = r
+    if args.resume:
+        ok = ok and result["second"]["resumed"]
+    result["ok"] = ok
+    print(json.dumps(result), flush=True)
+    return 0 if ok else 1
+
+
+async def run_server(args):
+    cfg = QuicConfiguration(is_client=False, alpn_protocols=[ALPN],
+                            max_datagram_frame_size=65536)
+    cfg.load_cert_chain(args.cert, args.key)
+    protos = []
+
+    def create(*a, **kw):
+        p = Perf(*a, **kw)
+        protos.append(p)
+        return p
+
+    server = await serve(args.host, args.port, configuration=cfg, create_protocol=create)
+    print(json.dumps({"listening": args.port}), flush=True)
+    loop = asyncio.get_event_loop()
+    deadline = loop.time() + args.timeout
+    while loop.time() < deadline:
+        ended = [p.terminated.result() for p in protos if p.terminated.done()]
+        if ended:
+            e = ended[0]
+            print(json.dumps({"closed": e.error_code, "reason": e.reason_phrase,
+                              "streams": len(protos[0].server_streams)}), flush=True)
+            server.close()
+            return 0
+        await asyncio.sleep(0.05)
+    print(json.dumps({"error": "timeout"}), flush=True)
+    return 1
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("role", choices=["client", "server"])
+    ap.add_argument("--host", required=True)
+    ap.add_argument("--port", type=int, required=True)
+    ap.add_argument("--ca")
+    ap.add_argument("--cert")
+    ap.add_argument("--key")
+    ap.add_argument("--server-name", default="server")
+    ap.add_argument("--sizes", type=lambda s: [int(x) for x in s.split(",")], default=[1])
+    ap.add_argument("--streams", type=int, default=1, help="streams per size")
+    ap.add_argument("--datagrams", type=int, default=0)
+    ap.add_argument("--close-code", type=lambda s: int(s, 0), default=0)
+    ap.add_argument("--chacha20", action="store_true")
+    ap.add_argument("--key-update", action="store_true")
+    ap.add_argument("--resume", action="store_true")
+    ap.add_argument("--timeout", type=float, default=60)
+    args = ap.parse_args()
+    run = run_client if args.role == "client" else run_server
+    sys.exit(asyncio.run(run(args)))
+
+
+if __name__ == "__main__":
+    main()
