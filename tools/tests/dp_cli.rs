@@ -132,3 +132,63 @@ fn answers_ping_and_udp_on_a_tap_device_and_stops_cleanly_on_sigterm() {
         "{json}"
     );
 }
+
+#[test]
+fn certs_makes_a_cluster_ca_and_node_certificates() {
+    let dir = std::env::temp_dir().join(format!("ainftp-dp-certs-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let d = dir.to_str().unwrap();
+    let out = Command::new(DP)
+        .args([
+            "certs", "--dir", d, "--ca", "--node", "node0", "--node", "node1",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for f in [
+        "ca.pem",
+        "ca.key",
+        "node0.pem",
+        "node0.key",
+        "node1.pem",
+        "node1.key",
+    ] {
+        let text = std::fs::read_to_string(dir.join(f)).unwrap();
+        assert!(text.starts_with("-----BEGIN"), "{f}");
+    }
+    // One more node later, from the same CA.
+    let out = Command::new(DP)
+        .args(["certs", "--dir", d, "--node", "node2"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert!(dir.join("node2.pem").exists());
+    // A second CA would orphan every node: refused.
+    let out = Command::new(DP)
+        .args(["certs", "--dir", d, "--ca"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && stderr.contains("already has a CA"),
+        "{stderr}"
+    );
+    // Nodes without a CA, and bad names, get one clear line.
+    let empty = dir.join("empty");
+    let out = Command::new(DP)
+        .args(["certs", "--dir", empty.to_str().unwrap(), "--node", "n"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && stderr.contains("--ca"), "{stderr}");
+    let out = Command::new(DP)
+        .args(["certs", "--dir", d, "--node", "../evil"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("not usable"));
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -7,6 +7,9 @@ use tools::dp::{self, args::DpArgs};
 
 fn main() -> ExitCode {
     tools::init_logging();
+    if std::env::args().nth(1).as_deref() == Some("certs") {
+        return certs();
+    }
     let args = DpArgs::parse();
     match dp::run(&args) {
         Ok(summary) => {
@@ -20,6 +23,23 @@ fn main() -> ExitCode {
         }
         Err(e) => {
             eprintln!("ainftp-dp: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `ainftp-dp certs ...`: the cluster's CA and node certificates.
+fn certs() -> ExitCode {
+    let args = dp::certs::CertsArgs::parse_from(std::env::args().skip(1));
+    match dp::certs::run(&args) {
+        Ok(lines) => {
+            for l in lines {
+                println!("{l}");
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("ainftp-dp certs: {e}");
             ExitCode::FAILURE
         }
     }

@@ -2,6 +2,7 @@
 //! run the configured UDP services, print statistics, stop on a signal.
 
 pub mod args;
+pub mod certs;
 pub mod config;
 mod report;
 

@@ -1,0 +1,74 @@
+//! `ainftp-dp certs`: the cluster's certificates. One CA per cluster, one
+//! certificate per node; every QUIC connection between nodes is mutual TLS
+//! against the CA, so only nodes holding a certificate from it get in.
+
+use std::path::PathBuf;
+
+use clap::Parser;
+use stack::quic::certs::{create_ca, issue_node, CertError};
+
+/// Create a cluster CA and node certificates (PEM files in --dir).
+#[derive(Debug, Parser)]
+#[command(
+    name = "ainftp-dp certs",
+    after_help = "Examples:\n  \
+ainftp-dp certs --dir /etc/ainftp --ca --node node0 --node node1   # new cluster, two nodes\n  \
+ainftp-dp certs --dir /etc/ainftp --node node2                     # one more node, same CA\n\n\
+Files: ca.pem (give to every node), ca.key (keep it off the nodes), NODE.pem + NODE.key (node NODE)."
+)]
+pub struct CertsArgs {
+    /// Directory of the cluster's files (created if missing).
+    #[arg(long, value_name = "DIR")]
+    pub dir: PathBuf,
+
+    /// Create a new CA (refused if the directory already has one).
+    #[arg(long)]
+    pub ca: bool,
+
+    /// Name of the cluster, written into the CA's subject.
+    #[arg(long, default_value = "ainftp")]
+    pub cluster: String,
+
+    /// Issue a certificate for this node name (repeatable). Peers check a
+    /// server against this name.
+    #[arg(long = "node", value_name = "NAME")]
+    pub nodes: Vec<String>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum CertsError {
+    #[error(transparent)]
+    Cert(#[from] CertError),
+    #[error("{0} already has a CA (ca.key): refusing to replace it; use another --dir")]
+    CaExists(String),
+    #[error("nothing to do: give --ca and/or --node NAME")]
+    NothingToDo,
+}
+
+/// Run the subcommand; returns the lines to print.
+pub fn run(args: &CertsArgs) -> Result<Vec<String>, CertsError> {
+    if !args.ca && args.nodes.is_empty() {
+        return Err(CertsError::NothingToDo);
+    }
+    let mut said = Vec::new();
+    if args.ca {
+        if args.dir.join("ca.key").exists() {
+            return Err(CertsError::CaExists(args.dir.display().to_string()));
+        }
+        let files = create_ca(&args.dir, &args.cluster)?;
+        said.push(format!(
+            "CA: {} (key {})",
+            files.ca.display(),
+            files.key.display()
+        ));
+    }
+    for node in &args.nodes {
+        let files = issue_node(&args.dir, node)?;
+        said.push(format!(
+            "node {node}: {} (key {})",
+            files.cert.display(),
+            files.key.display()
+        ));
+    }
+    Ok(said)
+}
