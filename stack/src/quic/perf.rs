@@ -28,7 +28,24 @@ const MAX_BUFFERED: usize = 256 * 1024;
 
 /// The byte at offset `i` of a source stream.
 pub fn pattern_byte(i: u64) -> u8 {
-    (i % 251) as u8
+    (i % PERIOD) as u8
+}
+
+const PERIOD: u64 = 251;
+/// Longest pattern slice handed out at once.
+pub const PATTERN_CHUNK: usize = 64 * 1024;
+
+/// The pattern bytes at offsets `at..at + n` (n <= PATTERN_CHUNK), from a
+/// table, so generating and checking cost a memcpy / memcmp.
+pub fn pattern(at: u64, n: usize) -> &'static [u8] {
+    static TABLE: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
+    let t = TABLE.get_or_init(|| {
+        (0..PATTERN_CHUNK as u64 + PERIOD)
+            .map(pattern_byte)
+            .collect()
+    });
+    let start = (at % PERIOD) as usize;
+    &t[start..start + n.min(PATTERN_CHUNK)]
 }
 
 /// A request header.
@@ -178,12 +195,9 @@ impl PerfServer {
                 }
                 Some(MODE_SOURCE) => {
                     while s.sent < s.count {
-                        let n = (s.count - s.sent).min(self.buf.len() as u64) as usize;
-                        for (k, b) in self.buf[..n].iter_mut().enumerate() {
-                            *b = pattern_byte(s.sent + k as u64);
-                        }
+                        let n = (s.count - s.sent).min(PATTERN_CHUNK as u64) as usize;
                         let fin = s.sent + n as u64 == s.count;
-                        match ep.stream_send(conn, *id, &self.buf[..n], fin) {
+                        match ep.stream_send(conn, *id, pattern(s.sent, n), fin) {
                             Ok(0) => break,
                             Ok(w) => s.sent += w as u64,
                             Err(_) => {
@@ -265,11 +279,11 @@ impl ClientStream {
 
     /// Write what flow control allows, read what arrived. `buf` is scratch.
     pub fn poll<B: Datagram>(&mut self, ep: &mut Endpoint<B>, conn: ConnHandle, buf: &mut [u8]) {
-        self.write(ep, conn, buf);
+        self.write(ep, conn);
         self.read(ep, conn, buf);
     }
 
-    fn write<B: Datagram>(&mut self, ep: &mut Endpoint<B>, conn: ConnHandle, buf: &mut [u8]) {
+    fn write<B: Datagram>(&mut self, ep: &mut Endpoint<B>, conn: ConnHandle) {
         let upload = if self.mode == MODE_SOURCE {
             0
         } else {
@@ -277,18 +291,17 @@ impl ClientStream {
         };
         let total = REQUEST_LEN as u64 + upload;
         while self.written < total && !self.error {
-            let n = (total - self.written).min(buf.len() as u64) as usize;
             let header = request(self.mode, self.len);
-            for (k, b) in buf[..n].iter_mut().enumerate() {
-                let at = self.written + k as u64;
-                *b = if at < REQUEST_LEN as u64 {
-                    header[at as usize]
-                } else {
-                    pattern_byte(at - REQUEST_LEN as u64)
-                };
-            }
-            let fin = self.written + n as u64 == total;
-            match ep.stream_send(conn, self.id, &buf[..n], fin) {
+            let fin_at = |n: usize| self.written + n as u64 == total;
+            let result = if self.written < REQUEST_LEN as u64 {
+                let h = &header[self.written as usize..];
+                ep.stream_send(conn, self.id, h, fin_at(h.len()))
+            } else {
+                let at = self.written - REQUEST_LEN as u64;
+                let n = (total - self.written).min(PATTERN_CHUNK as u64) as usize;
+                ep.stream_send(conn, self.id, pattern(at, n), fin_at(n))
+            };
+            match result {
                 Ok(0) => return,
                 Ok(w) => self.written += w as u64,
                 Err(_) => self.error = true,
@@ -303,10 +316,13 @@ impl ClientStream {
                     if self.mode == MODE_DISCARD {
                         self.answer.extend_from_slice(&buf[..n]);
                     } else {
-                        for (k, &b) in buf[..n].iter().enumerate() {
-                            if b != pattern_byte(self.received + k as u64) {
+                        let mut at = 0;
+                        while at < n {
+                            let k = (n - at).min(PATTERN_CHUNK);
+                            if buf[at..at + k] != *pattern(self.received + at as u64, k) {
                                 self.mismatches += 1;
                             }
+                            at += k;
                         }
                         self.received += n as u64;
                     }

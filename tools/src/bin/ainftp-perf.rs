@@ -1,5 +1,6 @@
 //! ainftp-perf: testpmd-style packet forwarding on DPDK ports, and UDP
-//! echo / ping-pong on kernel sockets for latency baselines.
+//! echo / ping-pong on kernel sockets for latency baselines, QUIC bulk and
+//! request/response over kernel UDP or our DPDK stack, kernel TCP bulk.
 
 use std::process::ExitCode;
 
@@ -12,6 +13,14 @@ fn main() -> ExitCode {
     let result = match args.mode {
         Mode::UdpEcho => perf::udp::echo(&args),
         Mode::UdpPingpong => perf::udp::pingpong(&args),
+        Mode::QuicServer => {
+            perf::quic::check_certs(&args.certs).and_then(|_| perf::quic::server(&args))
+        }
+        Mode::QuicClient => {
+            perf::quic::check_certs(&args.certs).and_then(|_| perf::quic::client(&args))
+        }
+        Mode::TcpServer => perf::tcp::server(&args),
+        Mode::TcpClient => perf::tcp::client(&args),
         _ => perf::run(&args).map(|s| serde_json::to_value(&s).expect("summary serialises")),
     };
     match result {

@@ -19,6 +19,15 @@ pub enum Mode {
     /// UDP ping-pong client on a kernel socket (--target): round-trip
     /// latency percentiles from an HDR histogram.
     UdpPingpong,
+    /// QUIC perf-protocol server (ALPN ainftp-perf/1) on --bind, over
+    /// --transport udp (kernel sockets) or dpdk (our stack).
+    QuicServer,
+    /// QUIC client against --target: --test bulk (goodput) or rr (latency).
+    QuicClient,
+    /// Kernel TCP bulk server on --bind: the baseline for QUIC goodput.
+    TcpServer,
+    /// Kernel TCP bulk client against --target (--bytes on --conns).
+    TcpClient,
 }
 
 impl Mode {
@@ -30,8 +39,30 @@ impl Mode {
             Mode::Txonly => "txonly",
             Mode::UdpEcho => "udp-echo",
             Mode::UdpPingpong => "udp-pingpong",
+            Mode::QuicServer => "quic-server",
+            Mode::QuicClient => "quic-client",
+            Mode::TcpServer => "tcp-server",
+            Mode::TcpClient => "tcp-client",
         }
     }
+}
+
+/// What carries QUIC's datagrams.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Transport {
+    /// Kernel UDP sockets (GSO/GRO where the kernel has them).
+    Udp,
+    /// ainftp's user-space stack on a DPDK port (--vdev/--pci, --ip).
+    Dpdk,
+}
+
+/// What quic-client measures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum QuicTest {
+    /// Upload --bytes on each of --streams streams of --conns connections.
+    Bulk,
+    /// Request/response: --size-byte echoes, one stream each, one at a time.
+    Rr,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -63,7 +94,10 @@ impl From<IdlePolicy> for stack::runtime::IdlePolicy {
     after_help = "Examples:\n  \
 ainftp-perf io --vdev net_null0 --vdev net_null1 --lcores 0-1 --duration 5\n  \
 ainftp-perf txonly --vdev net_tap0,iface=dtap0 --pkt-size 128 --json\n  \
-ainftp-perf rxonly --pci 0000:3b:00.0 --lcores 2-7 --queues 5"
+ainftp-perf rxonly --pci 0000:3b:00.0 --lcores 2-7 --queues 5\n  \
+ainftp-perf quic-server --transport dpdk --vdev net_af_xdp0,iface=veth1 --ip 10.0.0.2/24 --bind 10.0.0.2:4433\n  \
+ainftp-perf quic-client --transport udp --target 10.0.0.2:4433 --test bulk --conns 2 --streams 4 --bytes 100000000\n  \
+ainftp-perf tcp-server --bind 10.0.0.2:5201   # and: tcp-client --target 10.0.0.2:5201 --bytes 1000000000"
 )]
 pub struct PerfArgs {
     /// Forwarding mode.
@@ -140,9 +174,44 @@ pub struct PerfArgs {
     #[arg(long, default_value_t = 1000)]
     pub warmup: u64,
 
-    /// udp-pingpong: UDP payload bytes per datagram (>= 8).
-    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u16).range(8..=1472))]
+    /// udp-pingpong: UDP payload bytes per datagram (>= 8); quic-client
+    /// --test rr: request bytes.
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u16).range(8..=65000))]
     pub size: u16,
+
+    /// quic-*: what carries the datagrams.
+    #[arg(long, value_enum, default_value_t = Transport::Udp)]
+    pub transport: Transport,
+
+    /// quic-*, --transport dpdk: our address on the port, e.g. 10.0.0.2/24.
+    #[arg(long, value_name = "ADDR/N")]
+    pub ip: Option<String>,
+
+    /// quic-client: bulk goodput or request/response latency.
+    #[arg(long, value_enum, default_value_t = QuicTest::Bulk)]
+    pub test: QuicTest,
+
+    /// quic-client, tcp-client: connections (bulk).
+    #[arg(long, default_value_t = 1)]
+    pub conns: usize,
+
+    /// quic-client: streams per connection (bulk).
+    #[arg(long, default_value_t = 1)]
+    pub streams: usize,
+
+    /// quic-client, tcp-client: bytes to upload per stream (per connection for TCP).
+    #[arg(long, default_value_t = 100_000_000)]
+    pub bytes: u64,
+
+    /// quic-*: cluster certificates (ainftp-dp certs: nodes `server` and
+    /// `client`), mutual TLS. Without: a throwaway server certificate and
+    /// no verification (benchmarks only).
+    #[arg(long, value_name = "DIR")]
+    pub certs: Option<std::path::PathBuf>,
+
+    /// quic-*: largest UDP payload (capped by the device's MTU - 28).
+    #[arg(long, default_value_t = 1472)]
+    pub max_payload: u32,
 
     /// Print one JSON summary object as the last line.
     #[arg(long)]

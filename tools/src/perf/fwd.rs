@@ -76,9 +76,7 @@ pub fn run(engine: &Engine, mut streams: Vec<Stream>) {
                 Mode::Macswap => forward(engine, s, true),
                 Mode::Rxonly => receive(engine, s),
                 Mode::Txonly => send_burst(engine, s),
-                Mode::UdpEcho | Mode::UdpPingpong => {
-                    unreachable!("validate() keeps socket modes out")
-                }
+                _ => unreachable!("validate() keeps the socket and QUIC modes out"),
             };
         }
         backoff.after_poll(moved);

@@ -4,7 +4,9 @@
 pub mod args;
 pub mod fwd;
 pub mod packet;
+pub mod quic;
 pub mod report;
+pub mod tcp;
 pub mod udp;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -119,7 +121,10 @@ pub fn run(args: &PerfArgs) -> Result<Summary> {
 }
 
 fn validate(args: &PerfArgs) -> Result<()> {
-    if matches!(args.mode, Mode::UdpEcho | Mode::UdpPingpong) {
+    if !matches!(
+        args.mode,
+        Mode::Io | Mode::Macswap | Mode::Rxonly | Mode::Txonly
+    ) {
         return Err(Error::Usage(format!(
             "{} runs on kernel sockets: see perf::udp",
             args.mode.name()
@@ -207,9 +212,7 @@ fn build_streams(args: &PerfArgs, ports: &[Port]) -> Result<Vec<Stream>> {
                 ),
                 Mode::Rxonly => Stream::new(Some(port.rx_queue(q)?), None, pi, frame),
                 Mode::Txonly => Stream::new(None, Some(port.tx_queue(q)?), pi, frame),
-                Mode::UdpEcho | Mode::UdpPingpong => {
-                    unreachable!("validate() keeps socket modes out")
-                }
+                _ => unreachable!("validate() keeps the socket and QUIC modes out"),
             });
         }
     }

@@ -17,7 +17,7 @@ use stack::runtime::{self, Echo, Services};
 use super::args::PerfArgs;
 use crate::error::{Error, Result};
 
-fn addr(flag: &str, v: &Option<String>) -> Result<SocketAddrV4> {
+pub(crate) fn addr(flag: &str, v: &Option<String>) -> Result<SocketAddrV4> {
     let v = v
         .as_ref()
         .ok_or_else(|| Error::Usage(format!("{flag} ADDR:PORT is required in this mode")))?;
@@ -25,7 +25,7 @@ fn addr(flag: &str, v: &Option<String>) -> Result<SocketAddrV4> {
         .map_err(|_| Error::Usage(format!("{flag} {v:?}: expected ADDR:PORT, e.g. 10.0.0.1:7")))
 }
 
-fn stop_flag(duration: f64) -> Result<Arc<AtomicBool>> {
+pub(crate) fn stop_flag(duration: f64) -> Result<Arc<AtomicBool>> {
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register(sig, stop.clone())

@@ -1,0 +1,415 @@
+//! QUIC modes of ainftp-perf: a perf-protocol server and a client for bulk
+//! goodput (`--test bulk`: every stream uploads `--bytes`, the server
+//! counts) and request/response latency (`--test rr`: `--size`-byte echo
+//! requests, one stream each, one at a time), over the stack's kernel UDP
+//! backend (`--transport udp`) or our DPDK stack (`--transport dpdk`).
+//! The protocol (ALPN ainftp-perf/1) is stack::quic::perf's.
+
+use std::net::SocketAddrV4;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use hdrhistogram::Histogram;
+use serde_json::json;
+use stack::counters::SharedCounters;
+use stack::io::kernel::{KernelUdp, KernelUdpConfig};
+use stack::io::{Datagram, PacketIo};
+use stack::quic::certs::{create_ca, issue_node, NodeFiles};
+use stack::quic::lcore::{EndpointApp, QuicService};
+use stack::quic::perf::{ClientStream, PerfServer, MODE_DISCARD, MODE_ECHO, PERF_ALPN};
+use stack::quic::{ConnHandle, Endpoint, Event, QuicConfig, Trust};
+use stack::runtime::{self, Runtime, RuntimeConfig};
+
+use super::args::{PerfArgs, QuicTest, Transport};
+use super::udp::{addr, stop_flag};
+use crate::eal_setup::{self, EalOptions};
+use crate::error::{Error, Result};
+
+/// The endpoint's config: the cluster's certificates from `--certs DIR`
+/// (nodes `server` and `client`, mutual TLS), or without it a throwaway
+/// server certificate and no peer verification (benchmarks only).
+fn quic_config(args: &PerfArgs, node: &str) -> Result<QuicConfig> {
+    let mut cfg = match &args.certs {
+        Some(dir) => QuicConfig::cluster_node(&NodeFiles::in_dir(dir, node)),
+        None => {
+            let dir =
+                std::env::temp_dir().join(format!("ainftp-perf-certs-{}", std::process::id()));
+            let cert =
+                |e: stack::quic::certs::CertError| Error::Usage(format!("certificates: {e}"));
+            create_ca(&dir, "perf").map_err(cert)?;
+            let files = issue_node(&dir, node).map_err(cert)?;
+            QuicConfig {
+                cert_chain: Some(files.cert),
+                private_key: Some(files.key),
+                trust: Trust::InsecureNoVerify,
+                ..QuicConfig::default()
+            }
+        }
+    };
+    cfg.alpn = vec![PERF_ALPN.to_vec()];
+    cfg.max_udp_payload = args.max_payload as usize;
+    Ok(cfg)
+}
+
+fn quic_err(e: stack::quic::QuicError) -> Error {
+    Error::Usage(e.to_string())
+}
+
+fn runtime_err(e: stack::runtime::Error) -> Error {
+    match e {
+        stack::runtime::Error::Dpdk(d) => Error::Dpdk(d),
+        stack::runtime::Error::Config(c) => Error::Usage(c),
+    }
+}
+
+/// Our DPDK stack on one lcore: `--vdev`/`--pci` and `--ip A/N`.
+fn dpdk_runtime(args: &PerfArgs) -> Result<(dpdk_ffi::Eal, Runtime)> {
+    let device = match (args.pci.first(), args.vdev.first()) {
+        (Some(p), None) => p.clone(),
+        (None, Some(v)) => v.clone(),
+        _ => {
+            return Err(Error::Usage(
+                "--transport dpdk needs one port: --vdev SPEC (e.g. net_af_xdp0,iface=veth1) or --pci BDF".into(),
+            ))
+        }
+    };
+    let ip = args
+        .ip
+        .as_deref()
+        .ok_or_else(|| Error::Usage("--transport dpdk needs --ip ADDR/PREFIX".into()))?;
+    let (ip, prefix) = crate::dp::config::parse_cidr(ip)?;
+    // One lcore: one side of the comparison gets one core.
+    let lcores = match &args.lcores {
+        Some(list) => crate::cpulist::parse(list)
+            .map_err(|e| Error::Usage(format!("--lcores {list:?}: {e}")))?,
+        None => vec![eal_setup::default_lcores()?[0]],
+    };
+    let eal = eal_setup::init(&EalOptions {
+        lcores: &lcores,
+        pci: &args.pci,
+        extra: &args.eal_args,
+    })?;
+    let mut cfg = RuntimeConfig::new(&device, ip, prefix);
+    cfg.idle = args.idle.into();
+    let rt = Runtime::start(&eal, &cfg).map_err(runtime_err)?;
+    Ok((eal, rt))
+}
+
+fn new_endpoint<B: Datagram>(
+    server: bool,
+    cfg: &QuicConfig,
+    lcore: u8,
+    max_payload: usize,
+) -> std::result::Result<Endpoint<B>, stack::quic::QuicError> {
+    if server {
+        Endpoint::server(cfg.clone(), lcore, max_payload)
+    } else {
+        Endpoint::client(cfg.clone(), lcore, max_payload)
+    }
+}
+
+/// Run `service` on an endpoint until `stop`, on the chosen transport;
+/// the service comes back.
+fn run_endpoint<S>(
+    args: &PerfArgs,
+    cfg: QuicConfig,
+    server: bool,
+    local: Option<SocketAddrV4>,
+    stop: Arc<AtomicBool>,
+    make: impl Fn(Option<SocketAddrV4>) -> S + Send + 'static,
+) -> Result<S>
+where
+    S: QuicService<stack::io::kernel::KernelDatagram>
+        + QuicService<stack::io::dpdk::UdpMbuf>
+        + Send
+        + 'static,
+{
+    match args.transport {
+        Transport::Udp => {
+            let bind = local.unwrap_or_else(|| "0.0.0.0:0".parse().unwrap());
+            let mut io = KernelUdp::bind(bind, KernelUdpConfig::default())
+                .map_err(|e| Error::Usage(format!("bind {bind}: {e}")))?;
+            let ep = new_endpoint(server, &cfg, 0, io.max_payload()).map_err(quic_err)?;
+            let mut app = EndpointApp::new(ep, make(Some(io.local_addr())));
+            runtime::app_loop(
+                &mut io,
+                &mut app,
+                &stop,
+                args.idle.into(),
+                &SharedCounters::default(),
+            );
+            Ok(app.service)
+        }
+        Transport::Dpdk => {
+            let (_eal, rt) = dpdk_runtime(args)?;
+            let ip = rt.host().ip;
+            let max_payload = rt.port().features().mtu as usize - 28;
+            let port = local.map(|l| l.port()).unwrap_or(40_000);
+            let (_report, apps) = rt
+                .run_apps(stop, move |i| {
+                    let ep =
+                        new_endpoint(server, &cfg, i as u8, max_payload).expect("config checked");
+                    EndpointApp::new(ep, make(Some(SocketAddrV4::new(ip, port))))
+                })
+                .map_err(runtime_err)?;
+            Ok(apps.into_iter().next().expect("one lcore").service)
+        }
+    }
+}
+
+/// Serve the perf protocol until the duration ends or a signal.
+pub fn server(args: &PerfArgs) -> Result<serde_json::Value> {
+    let bind = addr("--bind", &args.bind)?;
+    let cfg = quic_config(args, "server")?;
+    // Fail on a bad config here, with a clear line, not in the lcore.
+    Endpoint::<stack::io::heap::HeapDatagram>::server(cfg.clone(), 0, 1472).map_err(quic_err)?;
+    let stop = stop_flag(args.duration)?;
+    eprintln!(
+        "ainftp-perf: quic server on {bind} ({:?}), ALPN ainftp-perf/1",
+        args.transport
+    );
+    let served = run_endpoint(args, cfg, true, Some(bind), stop, |_| PerfServer::new())?;
+    Ok(json!({"mode": "quic-server", "connections_closed": served.closed.len()}))
+}
+
+/// The client's plan and results, as an endpoint service.
+struct Client {
+    target: SocketAddrV4,
+    local: SocketAddrV4,
+    /// Source port step between connections: 1 on our stack (each its
+    /// own 4-tuple), 0 on one kernel socket (IDs tell them apart).
+    port_step: u16,
+    test: QuicTest,
+    conns: usize,
+    streams: usize,
+    bytes: u64,
+    size: u64,
+    count: u64,
+    warmup: u64,
+    handles: Vec<(ConnHandle, Instant)>,
+    handshake: Histogram<u64>,
+    established_at: Option<Instant>,
+    jobs: Vec<(ConnHandle, ClientStream)>,
+    rr_started: Option<Instant>,
+    rr_done: u64,
+    latency: Histogram<u64>,
+    finished_at: Option<Instant>,
+    error: Option<String>,
+    buf: Vec<u8>,
+    stop: Arc<AtomicBool>,
+}
+
+impl<B: Datagram> QuicService<B> for Client {
+    fn poll(&mut self, ep: &mut Endpoint<B>) {
+        if self.handles.is_empty() {
+            for i in 0..self.conns {
+                let local = SocketAddrV4::new(
+                    *self.local.ip(),
+                    self.local.port().wrapping_add(i as u16 * self.port_step),
+                );
+                match ep.connect(local, self.target, Some("server")) {
+                    Ok(h) => self.handles.push((h, Instant::now())),
+                    Err(e) => return self.fail(e.to_string()),
+                }
+            }
+        }
+        while let Some(e) = ep.poll_event() {
+            match e {
+                Event::Established { conn, .. } => {
+                    if let Some((_, t0)) = self.handles.iter().find(|(h, _)| *h == conn) {
+                        let _ = self.handshake.record(t0.elapsed().as_micros() as u64);
+                    }
+                }
+                Event::Closed { reason, .. } if self.finished_at.is_none() => {
+                    return self.fail(format!("connection closed early: {reason:?}"));
+                }
+                Event::Closed { .. } => {}
+            }
+        }
+        if self.established_at.is_none() {
+            if !self.handles.iter().all(|(h, _)| ep.is_established(*h)) {
+                return;
+            }
+            self.established_at = Some(Instant::now());
+            if self.test == QuicTest::Bulk {
+                for &(h, _) in &self.handles {
+                    for _ in 0..self.streams {
+                        let id = ep.open_bidi(h).expect("open connection");
+                        self.jobs
+                            .push((h, ClientStream::new(id, MODE_DISCARD, self.bytes)));
+                    }
+                }
+            }
+        }
+        match self.test {
+            QuicTest::Bulk => {
+                for (h, s) in &mut self.jobs {
+                    s.poll(ep, *h, &mut self.buf);
+                }
+                if self.jobs.iter().all(|(_, s)| s.is_done()) {
+                    self.finish(ep);
+                }
+            }
+            QuicTest::Rr => self.poll_rr(ep),
+        }
+    }
+}
+
+impl Client {
+    fn fail(&mut self, why: String) {
+        self.error.get_or_insert(why);
+        self.stop.store(true, Ordering::Relaxed);
+    }
+
+    fn finish<B: Datagram>(&mut self, ep: &mut Endpoint<B>) {
+        if self.finished_at.is_none() {
+            self.finished_at = Some(Instant::now());
+            for &(h, _) in &self.handles {
+                let _ = ep.close(h, 0, b"done");
+            }
+        }
+        if ep.connections() == 0 {
+            self.stop.store(true, Ordering::Relaxed);
+        }
+    }
+
+    fn poll_rr<B: Datagram>(&mut self, ep: &mut Endpoint<B>) {
+        let h = self.handles[0].0;
+        if self.finished_at.is_some() {
+            return self.finish(ep);
+        }
+        if self.jobs.is_empty() {
+            let id = ep.open_bidi(h).expect("open connection");
+            self.jobs
+                .push((h, ClientStream::new(id, MODE_ECHO, self.size)));
+            self.rr_started = Some(Instant::now());
+        }
+        let (_, s) = &mut self.jobs[0];
+        s.poll(ep, h, &mut self.buf);
+        let (done, correct, id) = (s.is_done(), s.is_correct(), s.id);
+        if done {
+            if !correct {
+                return self.fail(format!("echo mismatch on stream {id}"));
+            }
+            if self.rr_done >= self.warmup {
+                let rtt = self.rr_started.expect("started").elapsed();
+                let _ = self.latency.record(rtt.as_nanos() as u64);
+            }
+            self.rr_done += 1;
+            self.jobs.clear();
+            if self.rr_done == self.warmup {
+                self.established_at = Some(Instant::now());
+            }
+            if self.rr_done >= self.warmup + self.count {
+                self.finish(ep);
+            }
+        }
+    }
+}
+
+/// Bulk goodput or request/response latency against `--target`.
+pub fn client(args: &PerfArgs) -> Result<serde_json::Value> {
+    let target = addr("--target", &args.target)?;
+    if args.conns == 0 || args.streams == 0 {
+        return Err(Error::Usage(
+            "--conns and --streams must be at least 1".into(),
+        ));
+    }
+    let cfg = quic_config(args, "client")?;
+    Endpoint::<stack::io::heap::HeapDatagram>::client(cfg.clone(), 0, 1472).map_err(quic_err)?;
+    let stop = stop_flag(0.0)?;
+    let (test, conns, streams, bytes) = (args.test, args.conns, args.streams, args.bytes);
+    let (size, count, warmup) = (args.size as u64, args.count, args.warmup);
+    let transport = args.transport;
+    let client_stop = stop.clone();
+    let started = Instant::now();
+    let c = run_endpoint(args, cfg, false, None, stop, move |local| Client {
+        target,
+        local: local.expect("the transport knows its address"),
+        port_step: u16::from(transport == Transport::Dpdk),
+        test,
+        conns: if test == QuicTest::Rr { 1 } else { conns },
+        streams,
+        bytes,
+        size,
+        count,
+        warmup,
+        handles: Vec::new(),
+        handshake: Histogram::new(3).expect("histogram"),
+        established_at: None,
+        jobs: Vec::new(),
+        rr_started: None,
+        rr_done: 0,
+        latency: Histogram::new(3).expect("histogram"),
+        finished_at: None,
+        error: None,
+        buf: vec![0; 256 * 1024],
+        stop: client_stop.clone(),
+    })?;
+    if let Some(e) = c.error {
+        return Err(Error::Usage(format!("quic client: {e}")));
+    }
+    let (Some(t0), Some(t1)) = (c.established_at, c.finished_at) else {
+        return Err(Error::Usage(format!(
+            "quic client: stopped before finishing after {:.1} s (is the server up at {target}?)",
+            started.elapsed().as_secs_f64()
+        )));
+    };
+    let secs = (t1 - t0).as_secs_f64().max(1e-9);
+    let transport = format!("{:?}", transport).to_lowercase();
+    let hs_us = c.handshake.value_at_quantile(0.5);
+    match args.test {
+        QuicTest::Bulk => {
+            if let Some((_, bad)) = c.jobs.iter().find(|(_, s)| !s.is_correct()) {
+                return Err(Error::Usage(format!(
+                    "server's count wrong on stream {}",
+                    bad.id
+                )));
+            }
+            let total: u64 = c.jobs.iter().map(|(_, s)| s.bytes()).sum();
+            let gbps = total as f64 * 8.0 / secs / 1e9;
+            println!(
+                "quic bulk over {transport}: {total} bytes in {secs:.3} s = {gbps:.3} Gbit/s \
+                 ({conns} conns x {streams} streams, {:.3} Gbit/s per conn); handshake p50 {hs_us} us",
+                gbps / conns as f64
+            );
+            Ok(
+                json!({"mode": "quic-client", "test": "bulk", "transport": transport,
+                      "bytes": total, "seconds": secs, "gbps": gbps,
+                      "gbps_per_conn": gbps / conns as f64, "conns": conns, "streams": streams,
+                      "handshake_p50_us": hs_us}),
+            )
+        }
+        QuicTest::Rr => {
+            let q = |p: f64| c.latency.value_at_quantile(p) as f64 / 1000.0;
+            println!(
+                "quic rr over {transport}: {} requests of {size} B, p50 {:.1} us p99 {:.1} us p999 {:.1} us; handshake {hs_us} us",
+                c.latency.len(),
+                q(0.5),
+                q(0.99),
+                q(0.999)
+            );
+            Ok(
+                json!({"mode": "quic-client", "test": "rr", "transport": transport,
+                      "requests": c.latency.len(), "size": size, "p50_us": q(0.5),
+                      "p99_us": q(0.99), "p999_us": q(0.999), "handshake_us": hs_us}),
+            )
+        }
+    }
+}
+
+/// Where `--certs` points, checked early with the fix in the message.
+pub fn check_certs(dir: &Option<PathBuf>) -> Result<()> {
+    if let Some(d) = dir {
+        if !d.join("ca.pem").exists() {
+            return Err(Error::Usage(format!(
+                "--certs {}: no ca.pem there (make one: ainftp-dp certs --dir {} --ca --node server --node client)",
+                d.display(),
+                d.display()
+            )));
+        }
+    }
+    Ok(())
+}
