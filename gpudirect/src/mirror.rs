@@ -73,7 +73,7 @@ impl Transfer<'_> {
     }
 
     pub fn is_done(&self) -> bool {
-        self.event.as_ref().map_or(true, |e| e.is_complete())
+        self.event.as_ref().is_none_or(|e| e.is_complete())
     }
 
     /// Block until the copy has finished; returns the slot.

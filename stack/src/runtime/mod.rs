@@ -432,7 +432,7 @@ pub fn app_loop<P: CountedIo, A: LcoreApp<P>>(
         let moved = app.poll(io);
         loops += 1;
         // Timers and counters need not run every iteration at full rate.
-        if moved == 0 || loops % 64 == 0 {
+        if moved == 0 || loops.is_multiple_of(64) {
             io.poll(Instant::now());
             publish.publish(&total(io, app));
         }
