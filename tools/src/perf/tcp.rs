@@ -10,7 +10,7 @@ use std::time::Instant;
 use serde_json::json;
 
 use super::args::PerfArgs;
-use super::udp::addr;
+use super::udp::{addr, stop_flag};
 use crate::error::{Error, Result};
 
 const CHUNK: usize = 256 * 1024;
@@ -20,13 +20,14 @@ pub fn server(args: &PerfArgs) -> Result<serde_json::Value> {
     let bind = addr("--bind", &args.bind)?;
     let listener = TcpListener::bind(bind).map_err(|e| Error::Io(format!("bind {bind}"), e))?;
     eprintln!("ainftp-perf: tcp server on {bind}");
-    let deadline = (args.duration > 0.0)
-        .then(|| Instant::now() + std::time::Duration::from_secs_f64(args.duration));
+    // A signal handler, not the default action: shells start background
+    // jobs with SIGINT ignored.
+    let stop = stop_flag(args.duration)?;
     listener
         .set_nonblocking(true)
         .map_err(|e| Error::Io("listener".into(), e))?;
     let mut served = 0u64;
-    while deadline.is_none_or(|d| Instant::now() < d) {
+    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
         match listener.accept() {
             Ok((s, _)) => {
                 served += 1;
