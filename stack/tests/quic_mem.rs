@@ -284,6 +284,8 @@ fn a_peer_from_another_ca_is_refused() {
         ),
         "the client's handshake fails: {events:?}"
     );
+    // The server's half drains (3 PTOs) after the client's close, then goes.
+    p.run_until(Duration::from_secs(10), |p| p.server.ep.connections() == 0);
     assert_eq!(p.server.ep.connections(), 0);
 }
 
@@ -556,7 +558,7 @@ fn without_retry_the_handshake_limit_bounds_state() {
 }
 
 #[test]
-fn thousands_of_connections_open_and_close_without_leaking_state() {
+fn a_thousand_connections_open_and_close_without_leaking_state() {
     let dir = cluster("many");
     let mut p = Pair::new(
         node_config(&dir, "server"),
@@ -564,14 +566,14 @@ fn thousands_of_connections_open_and_close_without_leaking_state() {
         ImpairConfig::default(),
     );
     let server_addr = SocketAddrV4::new(SERVER_IP, PORT);
-    let total = 2000u32;
+    let total = 1000u32;
     let mut open = vec![p.conn];
     let mut next = 1u32;
     let mut closed = 0u32;
     let deadline = Instant::now() + Duration::from_secs(120);
     while closed < total && Instant::now() < deadline {
-        // Keep 16 handshakes going; close each once established.
-        while open.len() < 16 && next < total {
+        // Keep 8 handshakes going; close each once established.
+        while open.len() < 8 && next < total {
             let local = SocketAddrV4::new(CLIENT_IP, 10_000 + next as u16);
             open.push(
                 p.client
