@@ -143,6 +143,8 @@ pub struct Endpoint<B: Datagram> {
     rng: rand_chacha::ChaCha8Rng,
     stats: EndpointStats,
     rx: Vec<B>,
+    /// Scratch list of connection handles, reused every round.
+    scratch: Vec<u64>,
 }
 
 impl<B: Datagram> Endpoint<B> {
@@ -186,6 +188,7 @@ impl<B: Datagram> Endpoint<B> {
             rng: rand_chacha::ChaCha8Rng::from_entropy(),
             stats: EndpointStats::default(),
             rx: Vec::with_capacity(RX_BURST),
+            scratch: Vec::new(),
         })
     }
 
@@ -509,18 +512,21 @@ impl<B: Datagram> Endpoint<B> {
 
     /// Fire the connections' loss-recovery and idle timers that are due.
     pub fn on_timers(&mut self, now: Instant) {
-        let due: Vec<u64> = self
-            .conns
-            .iter()
-            .filter(|(_, c)| c.q.timeout_instant().is_some_and(|t| t <= now))
-            .map(|(&h, _)| h)
-            .collect();
-        for h in due {
+        let mut due = std::mem::take(&mut self.scratch);
+        due.extend(
+            self.conns
+                .iter()
+                .filter(|(_, c)| c.q.timeout_instant().is_some_and(|t| t <= now))
+                .map(|(&h, _)| h),
+        );
+        for &h in &due {
             if let Some(c) = self.conns.get_mut(&h) {
                 c.q.on_timeout();
             }
             self.after_input(h);
         }
+        due.clear();
+        self.scratch = due;
     }
 
     /// The earliest time `on_timers` or paced sending has work.
@@ -541,44 +547,44 @@ impl<B: Datagram> Endpoint<B> {
     pub fn send<P: PacketIo<Buf = B>>(&mut self, io: &mut P, tx: &mut Vec<B>, now: Instant) {
         self.paced.release(now, tx);
         let n = self.order.len();
+        let mut closed = std::mem::take(&mut self.scratch);
         for i in 0..n {
             if tx.len() >= MAX_TX_PENDING || self.paced.len() >= MAX_PACED {
                 break;
             }
             let h = self.order[(self.cursor + i) % n];
-            self.send_conn(h, io, tx, now);
+            // A connection that sent its last packet (or failed) is done.
+            if self.send_conn(h, io, tx, now) {
+                closed.push(h);
+            }
         }
         if n > 0 {
             self.cursor = (self.cursor + 1) % n;
         }
-        // Connections closed by draining their last packets.
-        let closed: Vec<u64> = self
-            .conns
-            .iter()
-            .filter(|(_, c)| c.q.is_closed())
-            .map(|(&h, _)| h)
-            .collect();
-        for h in closed {
+        for &h in &closed {
             self.reap(h);
         }
+        closed.clear();
+        self.scratch = closed;
     }
 
+    /// Returns whether the connection is closed afterwards.
     fn send_conn<P: PacketIo<Buf = B>>(
         &mut self,
         h: u64,
         io: &mut P,
         tx: &mut Vec<B>,
         now: Instant,
-    ) {
+    ) -> bool {
         let Some(c) = self.conns.get_mut(&h) else {
-            return;
+            return false;
         };
         let quantum = c.q.send_quantum().max(1);
         let mut bytes = 0;
         while bytes < quantum && tx.len() < MAX_TX_PENDING {
             let Some(mut b) = io.alloc() else {
                 self.stats.alloc_failures += 1;
-                return;
+                break;
             };
             let cap = b.capacity();
             b.set_len(cap);
@@ -595,13 +601,14 @@ impl<B: Datagram> Endpoint<B> {
                         tx.push(b);
                     }
                 }
-                Err(quiche::Error::Done) => return,
+                Err(quiche::Error::Done) => break,
                 Err(e) => {
                     debug!(conn = h, error = %e, "quic send");
-                    return;
+                    break;
                 }
             }
         }
+        c.q.is_closed()
     }
 
     fn conn(&mut self, h: ConnHandle) -> Result<&mut Conn, QuicError> {

@@ -324,6 +324,13 @@ impl Runtime {
         (self.queue_map, &self.rss_key)
     }
 
+    /// The largest UDP payload one datagram carries on this port (MTU and
+    /// mbuf room permitting), as every lcore's `PacketIo` reports it.
+    pub fn max_payload(&self) -> usize {
+        use crate::io::PacketIo;
+        self.workers[0].io.max_payload()
+    }
+
     pub fn lcores(&self) -> Vec<u32> {
         self.workers.iter().map(|w| w.lcore).collect()
     }

@@ -145,7 +145,7 @@ where
         Transport::Dpdk => {
             let (_eal, rt) = dpdk_runtime(args)?;
             let ip = rt.host().ip;
-            let max_payload = rt.port().features().mtu as usize - 28;
+            let max_payload = rt.max_payload();
             let port = local.map(|l| l.port()).unwrap_or(40_000);
             let (_report, apps) = rt
                 .run_apps(stop, move |i| {
