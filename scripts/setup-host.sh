@@ -17,6 +17,7 @@ packages=(
     pkg-config libclang-dev clang cmake build-essential  # bindgen, the C shim, quiche later
     libxdp-dev libbpf-dev libelf-dev libpcap-dev libnuma-dev
     iproute2 nftables iputils-ping kmod procps ethtool
+    python3-torch   # torch.distributed Gloo: the peer of scripts/bench-allreduce.sh
 )
 missing=()
 for p in "${packages[@]}"; do
