@@ -52,6 +52,8 @@ struct Link {
     /// The peer finished its side: it has nothing more to say and waits
     /// for our FIN to close.
     fin_received: bool,
+    /// QUIC closed the connection.
+    closed: bool,
     /// The backend's liveness slot for `addr`.
     slot: usize,
     out: FrameQueue,
@@ -191,6 +193,7 @@ impl<B: Backend> Mesh<B> {
             open: stream.is_some() && rank.is_none(),
             fin_sent: false,
             fin_received: false,
+            closed: false,
             slot,
             out: FrameQueue::default(),
             input: FrameReader::new(MAX_FRAME),
@@ -315,6 +318,7 @@ impl<B: Backend> Mesh<B> {
                     let Some(&i) = self.by_conn.get(&conn) else {
                         continue;
                     };
+                    self.links[i].closed = true;
                     if self.closing || self.links[i].fin_received {
                         continue;
                     }
@@ -525,7 +529,7 @@ impl<B: Backend> Mesh<B> {
             let waiting = self
                 .links
                 .iter()
-                .any(|l| l.established && !(l.fin_received && l.fin_sent));
+                .any(|l| l.established && !l.closed && !(l.fin_received && l.fin_sent));
             if !waiting || start.elapsed() >= linger {
                 break;
             }
@@ -536,10 +540,15 @@ impl<B: Backend> Mesh<B> {
         let mut unfinished: Vec<usize> = self
             .links
             .iter()
-            .filter(|l| l.established && !l.fin_received)
+            .filter(|l| l.established && !l.closed && !l.fin_received)
             .filter_map(|l| l.rank)
             .collect();
         unfinished.dedup();
+        // Our FINs (and anything else queued) reach the wire before the
+        // close, which would discard them.
+        for _ in 0..3 {
+            let _ = self.turn(engine, &mut [], &mut false);
+        }
         self.closing = true;
         for l in &self.links {
             let _ = self.ep.close(l.conn, 0, b"communicator closed");
