@@ -171,6 +171,11 @@ impl<B: Backend> Communicator<B> {
         &self.cfg
     }
 
+    /// The algorithm the engine runs for `op` over `count` elements.
+    pub fn algo_for(&self, op: crate::Op, count: usize) -> Result<crate::AlgoId> {
+        self.engine.algo_for(op, count)
+    }
+
     pub fn counters(&self) -> DriverCounters {
         let m = self.mesh.counters();
         DriverCounters {

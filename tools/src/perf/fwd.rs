@@ -76,7 +76,12 @@ pub fn run(engine: &Engine, mut streams: Vec<Stream>) {
                 Mode::Macswap => forward(engine, s, true),
                 Mode::Rxonly => receive(engine, s),
                 Mode::Txonly => send_burst(engine, s),
-                Mode::UdpEcho | Mode::UdpPingpong => {
+                Mode::UdpEcho
+                | Mode::UdpPingpong
+                | Mode::Allreduce
+                | Mode::ReduceScatter
+                | Mode::Allgather
+                | Mode::Broadcast => {
                     unreachable!("validate() keeps socket modes out")
                 }
             };

@@ -2,6 +2,7 @@
 //! loops, report like testpmd.
 
 pub mod args;
+pub mod coll;
 pub mod fwd;
 pub mod packet;
 pub mod report;
@@ -119,7 +120,7 @@ pub fn run(args: &PerfArgs) -> Result<Summary> {
 }
 
 fn validate(args: &PerfArgs) -> Result<()> {
-    if matches!(args.mode, Mode::UdpEcho | Mode::UdpPingpong) {
+    if matches!(args.mode, Mode::UdpEcho | Mode::UdpPingpong) || args.mode.is_collective() {
         return Err(Error::Usage(format!(
             "{} runs on kernel sockets: see perf::udp",
             args.mode.name()
@@ -207,7 +208,12 @@ fn build_streams(args: &PerfArgs, ports: &[Port]) -> Result<Vec<Stream>> {
                 ),
                 Mode::Rxonly => Stream::new(Some(port.rx_queue(q)?), None, pi, frame),
                 Mode::Txonly => Stream::new(None, Some(port.tx_queue(q)?), pi, frame),
-                Mode::UdpEcho | Mode::UdpPingpong => {
+                Mode::UdpEcho
+                | Mode::UdpPingpong
+                | Mode::Allreduce
+                | Mode::ReduceScatter
+                | Mode::Allgather
+                | Mode::Broadcast => {
                     unreachable!("validate() keeps socket modes out")
                 }
             });
