@@ -544,6 +544,11 @@ impl<B: Backend> Mesh<B> {
             .filter_map(|l| l.rank)
             .collect();
         unfinished.dedup();
+        for l in &self.links {
+            if let Ok(stats) = self.ep.conn_stats(l.conn) {
+                debug!(rank = self.rank, peer = ?l.rank, ?stats, "connection statistics at close");
+            }
+        }
         // Our FINs (and anything else queued) reach the wire before the
         // close, which would discard them.
         for _ in 0..3 {
