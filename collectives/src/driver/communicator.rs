@@ -13,7 +13,7 @@ use std::net::SocketAddrV4;
 use std::time::{Duration, Instant};
 
 use stack::io::kernel::KernelUdp;
-use tracing::warn;
+use tracing::debug;
 
 use super::backend::{Backend, WireCounters};
 use super::mesh::Mesh;
@@ -419,7 +419,7 @@ impl<B: Backend> Communicator<B> {
     /// afterwards (peers are out of step or gone).
     fn fail(&mut self, e: Error) -> Error {
         if self.failed.is_none() {
-            warn!(rank = self.rank, error = %e, "collective failed");
+            debug!(rank = self.rank, error = %e, "collective failed");
             self.engine.abort();
             self.failed = Some(e.clone());
         }

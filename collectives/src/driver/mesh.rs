@@ -572,7 +572,7 @@ impl<B: Backend> Mesh<B> {
         for l in &mut self.links {
             let Some(stream) = l.stream else { continue };
             if l.established && l.open && !l.fin_sent && l.out.is_empty() {
-                l.fin_sent = matches!(self.ep.stream_send(l.conn, stream, &[], true), Ok(_));
+                l.fin_sent = self.ep.stream_send(l.conn, stream, &[], true).is_ok();
             }
         }
     }

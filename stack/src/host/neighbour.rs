@@ -163,7 +163,7 @@ impl<P> NeighbourCache<P> {
             }
         };
         entry
-            .filter(|e| e.expires.map_or(true, |t| t > now))
+            .filter(|e| e.expires.is_none_or(|t| t > now))
             .map(|e| e.mac)
     }
 

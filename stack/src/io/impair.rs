@@ -212,9 +212,9 @@ impl FromStr for ImpairConfig {
 
 fn fmt_duration(d: Duration) -> String {
     let ns = d.as_nanos();
-    if ns % 1_000_000 == 0 {
+    if ns.is_multiple_of(1_000_000) {
         format!("{}ms", ns / 1_000_000)
-    } else if ns % 1_000 == 0 {
+    } else if ns.is_multiple_of(1_000) {
         format!("{}us", ns / 1_000)
     } else {
         format!("{}us", ns as f64 / 1e3)

@@ -426,7 +426,7 @@ pub fn poll_loop<P: CountedIo>(
         };
         loops += 1;
         // Timers and counters need not run every iteration at full rate.
-        if got == 0 || loops % 64 == 0 {
+        if got == 0 || loops.is_multiple_of(64) {
             io.poll(Instant::now());
             publish.publish(&total(io, &ours));
         }
