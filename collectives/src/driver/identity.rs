@@ -19,10 +19,10 @@ impl Drop for TempDir {
     }
 }
 
-/// A fresh self-signed identity and no peer verification (peers are the
-/// addresses the caller supplied; use `DriverConfig::quic` with
-/// `QuicConfig::cluster_node` for mutual TLS).
-pub fn ephemeral(rank: usize) -> Result<(QuicConfig, TempDir)> {
+/// `base` with a fresh self-signed identity and no peer verification
+/// (peers are the addresses the caller supplied; use
+/// `QuicConfig::cluster_node` in `DriverConfig::quic` for mutual TLS).
+pub fn ephemeral(rank: usize, base: QuicConfig) -> Result<(QuicConfig, TempDir)> {
     let nanos = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.subsec_nanos())
@@ -39,7 +39,7 @@ pub fn ephemeral(rank: usize) -> Result<(QuicConfig, TempDir)> {
         cert_chain: Some(files.cert),
         private_key: Some(files.key),
         trust: Trust::InsecureNoVerify,
-        ..QuicConfig::default()
+        ..base
     };
     Ok((cfg, guard))
 }

@@ -112,10 +112,10 @@ impl<B: Backend> Mesh<B> {
             return Err(Error::Config("conns_per_peer must be at least 1"));
         }
         let payload = io.max_payload();
-        let (quic, _identity) = match &cfg.quic {
-            Some(q) => (q.clone(), None),
+        let (quic, _identity) = match &cfg.quic.cert_chain {
+            Some(_) => (cfg.quic.clone(), None),
             None => {
-                let (q, dir) = identity::ephemeral(rank)?;
+                let (q, dir) = identity::ephemeral(rank, cfg.quic.clone())?;
                 (q, Some(dir))
             }
         };

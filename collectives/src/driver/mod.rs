@@ -72,10 +72,11 @@ pub struct DriverConfig {
     pub max_pending_bytes: usize,
     /// How long the loop spins without traffic before sleeping in poll(2).
     pub spin: Duration,
-    /// TLS identity and QUIC tuning; `None`: a throw-away self-signed
-    /// identity and no peer verification. (The ALPN, UDP payload and idle
-    /// timeout are set by the driver.)
-    pub quic: Option<QuicConfig>,
+    /// TLS identity and QUIC tuning (windows, congestion control). Without
+    /// a certificate: a throw-away self-signed identity and no peer
+    /// verification; `QuicConfig::cluster_node` for mutual TLS. (The ALPN,
+    /// UDP payload and idle timeout are set by the driver.)
+    pub quic: QuicConfig,
     /// The kernel UDP socket of `Communicator::new` / `from_env`.
     pub udp: KernelUdpConfig,
 }
@@ -89,11 +90,14 @@ impl Default for DriverConfig {
             connect_timeout: Duration::from_secs(60),
             max_pending_bytes: 4 << 20,
             spin: Duration::from_micros(50),
-            quic: None,
+            quic: QuicConfig::default(),
             udp: KernelUdpConfig {
-                // Loss on a full socket buffer costs a QUIC recovery round.
-                recv_buffer: Some(4 << 20),
-                send_buffer: Some(4 << 20),
+                // Loss on a full socket buffer costs a QUIC recovery
+                // round (a tail loss: a whole probe timeout). The kernel
+                // caps these at net.core.rmem_max / wmem_max, which
+                // scripts/setup-host.sh raises to 32 MiB.
+                recv_buffer: Some(32 << 20),
+                send_buffer: Some(8 << 20),
                 ..KernelUdpConfig::default()
             },
         }

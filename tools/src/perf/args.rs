@@ -252,6 +252,15 @@ pub struct PerfArgs {
     #[arg(long, default_value_t = 1472, value_parser = clap::value_parser!(u16).range(1200..=65507))]
     pub udp_payload: u16,
 
+    /// Collectives: microseconds the poll loop spins without traffic
+    /// before sleeping in poll(2) (spinning costs a core per rank).
+    #[arg(long, default_value_t = 50)]
+    pub spin_us: u64,
+
+    /// Collectives: QUIC congestion control (cubic, reno, bbr2).
+    #[arg(long, default_value = "cubic")]
+    pub cc: String,
+
     /// Collectives: QUIC connections per peer (messages are striped).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
     pub conns_per_peer: u16,

@@ -11,6 +11,7 @@ use collectives::driver::{Communicator, DriverConfig, DriverCounters};
 use collectives::{Algo, Codec, Collective, Config, Op, ReduceOp, Rounding};
 use serde::Serialize;
 use stack::io::kernel::KernelUdpConfig;
+use stack::quic::QuicConfig;
 
 use crate::error::{Error, Result};
 use crate::perf::args::{CollAlgo, CollCodec, CollOp, Mode, PerfArgs, Transport};
@@ -122,9 +123,14 @@ fn driver_config(args: &PerfArgs) -> DriverConfig {
         engine,
         conns_per_peer: args.conns_per_peer as usize,
         timeout: Duration::from_secs_f64(args.timeout),
+        spin: Duration::from_micros(args.spin_us),
         udp: KernelUdpConfig {
             max_payload: args.udp_payload as usize,
             ..base.udp.clone()
+        },
+        quic: QuicConfig {
+            congestion_control: args.cc.clone(),
+            ..base.quic.clone()
         },
         ..base
     }
