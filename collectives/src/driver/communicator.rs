@@ -33,8 +33,7 @@ pub struct DriverCounters {
     /// Flushes where QUIC took less than was queued (backpressure).
     pub send_blocked: u64,
     /// Times the caller got control back with a finished collective (one
-    /// per collective: a blocking call's return, or a `wait`/`test` that
-    /// saw it done).
+    /// per collective: a blocking call's return, or `wait`).
     pub wakeups: u64,
     /// Times the loop slept in `poll(2)` for lack of traffic.
     pub idle_waits: u64,
@@ -429,6 +428,12 @@ impl<B: Backend> Communicator<B> {
 
 impl<B: Backend> Drop for Communicator<B> {
     fn drop(&mut self) {
+        // Dropped mid-collective: peers cannot finish it either.
+        if self.engine.is_active() || !self.queue.is_empty() {
+            self.engine.abort();
+            self.failed
+                .get_or_insert(Error::Transport("dropped mid-collective".into()));
+        }
         // After a failure peers are gone or out of step: close at once.
         let linger = if self.failed.is_some() {
             Duration::ZERO
