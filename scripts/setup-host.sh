@@ -18,6 +18,7 @@ packages=(
     libxdp-dev libbpf-dev libelf-dev libpcap-dev libnuma-dev
     iproute2 nftables iputils-ping kmod procps ethtool
     python3 python3-pip         # aioquic, the independent QUIC peer of the interop tests
+    python3-torch   # torch.distributed Gloo: the peer of scripts/bench-allreduce.sh
 )
 missing=()
 for p in "${packages[@]}"; do
@@ -32,6 +33,16 @@ else
     say "packages: all present"
 fi
 say "DPDK $(pkg-config --modversion libdpdk)"
+
+# QUIC over kernel UDP (the collectives driver) asks for 32 MiB socket
+# receive buffers: a full buffer drops datagrams, and a dropped tail costs
+# a QUIC probe timeout. Only raises the caps, never lowers them.
+for k in net.core.rmem_max net.core.wmem_max; do
+    if [ "$(sysctl -n "$k")" -lt 33554432 ]; then
+        sysctl -qw "$k=33554432"
+        say "$k -> 33554432"
+    fi
+done
 
 # Rust test runner (one process per test: DPDK's EAL is once per process).
 if ! cargo nextest --version >/dev/null 2>&1; then

@@ -64,6 +64,33 @@ pub enum Error {
         #[source]
         source: Box<Error>,
     },
+    #[error("transport: {0}")]
+    Transport(String),
+    #[error("rank {rank} ({addr}) sent nothing for {waited_ms} ms during collective {seq}: the peer is dead, hung, or not calling the communicator; raise DriverConfig::timeout if it is only slow")]
+    PeerTimeout {
+        rank: usize,
+        addr: String,
+        waited_ms: u64,
+        seq: u32,
+    },
+    #[error("connection to rank {rank} ({addr}) closed: {reason}")]
+    PeerClosed {
+        rank: usize,
+        addr: String,
+        reason: String,
+    },
+    #[error("could not connect to ranks {missing:?} within {waited_ms} ms: are they running, and are their addresses reachable from here?")]
+    ConnectTimeout { missing: Vec<usize>, waited_ms: u64 },
+    #[error("protocol violation on the connection to {peer}: {reason}")]
+    Framing { peer: String, reason: String },
+    #[error("environment variable {var}: {problem} (torchrun convention: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT)")]
+    Env { var: &'static str, problem: String },
+    #[error("rendezvous: {0}")]
+    Rendezvous(String),
+    #[error("unknown operation handle {0} (already waited for?)")]
+    UnknownHandle(u64),
+    #[error("the communicator failed earlier and cannot run collectives: {0}")]
+    Failed(Box<Error>),
 }
 
 /// Shorthand used across the crate.

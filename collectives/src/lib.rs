@@ -163,6 +163,7 @@
 
 pub mod algo;
 pub mod codec;
+pub mod driver;
 pub mod engine;
 pub mod error;
 pub mod message;

@@ -11,4 +11,6 @@ pub enum Error {
     Dpdk(#[from] dpdk_ffi::Error),
     #[error("{0}: {1}")]
     Io(String, std::io::Error),
+    #[error(transparent)]
+    Collectives(#[from] collectives::Error),
 }

@@ -199,6 +199,14 @@ impl std::fmt::Debug for KernelUdp {
     }
 }
 
+/// The socket's descriptor, so a driver can sleep in `poll(2)` until
+/// datagrams arrive instead of spinning.
+impl std::os::fd::AsFd for KernelUdp {
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        std::os::fd::AsFd::as_fd(&self.socket)
+    }
+}
+
 impl KernelUdp {
     /// Bind a non-blocking UDP socket to `addr` (port 0: an ephemeral port).
     pub fn bind(addr: SocketAddrV4, cfg: KernelUdpConfig) -> Result<Self, KernelUdpError> {

@@ -1,6 +1,7 @@
-//! ainftp-perf: testpmd-style packet forwarding on DPDK ports, and UDP
+//! ainftp-perf: testpmd-style packet forwarding on DPDK ports, UDP
 //! echo / ping-pong on kernel sockets for latency baselines, QUIC bulk and
-//! request/response over kernel UDP or our DPDK stack, kernel TCP bulk.
+//! request/response over kernel UDP or our DPDK stack, kernel TCP bulk,
+//! and nccl-tests style collectives over QUIC.
 
 use std::process::ExitCode;
 
@@ -10,6 +11,16 @@ use tools::perf::{self, args::Mode, args::PerfArgs};
 fn main() -> ExitCode {
     tools::init_logging();
     let args = PerfArgs::parse();
+    if args.mode.is_collective() {
+        // Rows are printed as they are measured.
+        return match perf::coll::run(&args) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("ainftp-perf: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     let result = match args.mode {
         Mode::UdpEcho => perf::udp::echo(&args),
         Mode::UdpPingpong => perf::udp::pingpong(&args),

@@ -28,6 +28,15 @@ pub enum Mode {
     TcpServer,
     /// Kernel TCP bulk client against --target (--bytes on --conns).
     TcpClient,
+    /// All-reduce over QUIC between ranks (nccl-tests style; see -b/-e/-f,
+    /// --local-ranks or the torchrun environment).
+    Allreduce,
+    /// Reduce-scatter over QUIC (same flags as allreduce).
+    ReduceScatter,
+    /// All-gather over QUIC (same flags as allreduce).
+    Allgather,
+    /// Broadcast from rank 0 over QUIC (same flags as allreduce).
+    Broadcast,
 }
 
 impl Mode {
@@ -43,8 +52,45 @@ impl Mode {
             Mode::QuicClient => "quic-client",
             Mode::TcpServer => "tcp-server",
             Mode::TcpClient => "tcp-client",
+            Mode::Allreduce => "allreduce",
+            Mode::ReduceScatter => "reduce-scatter",
+            Mode::Allgather => "allgather",
+            Mode::Broadcast => "broadcast",
         }
     }
+
+    /// A collective mode (runs over QUIC, not on DPDK ports).
+    pub fn is_collective(self) -> bool {
+        matches!(
+            self,
+            Mode::Allreduce | Mode::ReduceScatter | Mode::Allgather | Mode::Broadcast
+        )
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum CollOp {
+    Sum,
+    Avg,
+    Max,
+    Min,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum CollCodec {
+    /// Exact f32 on the wire.
+    F32,
+    /// i16 with a per-chunk scale (half the bytes; bounded error).
+    I16,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum CollAlgo {
+    Auto,
+    Ring,
+    Direct,
+    /// Recursive doubling.
+    Rd,
 }
 
 /// What carries QUIC's datagrams.
@@ -97,7 +143,9 @@ ainftp-perf txonly --vdev net_tap0,iface=dtap0 --pkt-size 128 --json\n  \
 ainftp-perf rxonly --pci 0000:3b:00.0 --lcores 2-7 --queues 5\n  \
 ainftp-perf quic-server --transport dpdk --vdev net_af_xdp0,iface=veth1 --ip 10.0.0.2/24 --bind 10.0.0.2:4433\n  \
 ainftp-perf quic-client --transport udp --target 10.0.0.2:4433 --test bulk --conns 2 --streams 4 --bytes 100000000\n  \
-ainftp-perf tcp-server --bind 10.0.0.2:5201   # and: tcp-client --target 10.0.0.2:5201 --bytes 1000000000"
+ainftp-perf tcp-server --bind 10.0.0.2:5201   # and: tcp-client --target 10.0.0.2:5201 --bytes 1000000000\n  \
+ainftp-perf allreduce --local-ranks 4 --transport udp -b 8 -e 64M -f 4 --codec i16\n  \
+RANK=0 WORLD_SIZE=2 MASTER_ADDR=10.0.0.1 MASTER_PORT=29500 ainftp-perf allreduce -e 1G"
 )]
 pub struct PerfArgs {
     /// Forwarding mode.
@@ -179,7 +227,7 @@ pub struct PerfArgs {
     #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u16).range(8..=65000))]
     pub size: u16,
 
-    /// quic-*: what carries the datagrams.
+    /// quic-*, collectives: what carries QUIC's datagrams.
     #[arg(long, value_enum, default_value_t = Transport::Udp)]
     pub transport: Transport,
 
@@ -213,11 +261,95 @@ pub struct PerfArgs {
     #[arg(long, default_value_t = 1472)]
     pub max_payload: u32,
 
-    /// Print one JSON summary object as the last line.
+    /// Print one JSON summary object as the last line (collectives: one
+    /// JSON object per size).
     #[arg(long)]
     pub json: bool,
+
+    /// Collectives: smallest buffer in bytes (suffixes K, M, G).
+    #[arg(short = 'b', long, default_value = "8", value_parser = parse_bytes)]
+    pub minbytes: u64,
+
+    /// Collectives: largest buffer in bytes (suffixes K, M, G).
+    #[arg(short = 'e', long, default_value = "32M", value_parser = parse_bytes)]
+    pub maxbytes: u64,
+
+    /// Collectives: size multiplier between rows.
+    #[arg(short = 'f', long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(2..))]
+    pub stepfactor: u64,
+
+    /// Collectives: timed iterations per size.
+    #[arg(short = 'n', long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..))]
+    pub iters: u64,
+
+    /// Collectives: untimed iterations per size first.
+    #[arg(short = 'w', long, default_value_t = 5)]
+    pub warmup_iters: u64,
+
+    /// Collectives: reduction.
+    #[arg(long, value_enum, default_value_t = CollOp::Sum)]
+    pub op: CollOp,
+
+    /// Collectives: wire codec.
+    #[arg(long, value_enum, default_value_t = CollCodec::F32)]
+    pub codec: CollCodec,
+
+    /// Collectives: algorithm (auto: recursive doubling up to 64 KiB, ring above).
+    #[arg(long, value_enum, default_value_t = CollAlgo::Auto)]
+    pub algo: CollAlgo,
+
+    /// Collectives: start N ranks as child processes on this host
+    /// (rendezvous on 127.0.0.1). Without it, one rank per process from
+    /// RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub local_ranks: Option<u16>,
+
+    /// Collectives: UDP payload bytes per datagram (1472 fits a
+    /// 1500-byte MTU; up to 65507 on loopback or jumbo frames).
+    #[arg(long, default_value_t = 1472, value_parser = clap::value_parser!(u16).range(1200..=65507))]
+    pub udp_payload: u16,
+
+    /// Collectives: microseconds the poll loop spins without traffic
+    /// before sleeping in poll(2) (spinning costs a core per rank).
+    #[arg(long, default_value_t = 50)]
+    pub spin_us: u64,
+
+    /// Collectives: QUIC congestion control (cubic, reno, bbr2).
+    #[arg(long, default_value = "cubic")]
+    pub cc: String,
+
+    /// Collectives: QUIC connections per peer (messages are striped).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub conns_per_peer: u16,
+
+    /// Collectives: seconds a peer may stay silent in a collective before
+    /// it fails with an error naming that peer.
+    #[arg(long, default_value_t = 30.0)]
+    pub timeout: f64,
+
+    /// Fault injection (tests): this rank exits right after connecting,
+    /// without closing, as if it crashed.
+    #[arg(long, hide = true, value_name = "RANK")]
+    pub fault_exit_rank: Option<usize>,
 
     /// Extra EAL arguments.
     #[arg(last = true, value_name = "EAL_ARGS")]
     pub eal_args: Vec<String>,
+}
+
+/// `8`, `64K`, `128M`, `1G` (powers of 1024).
+pub fn parse_bytes(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let (num, mul) = match t.chars().last() {
+        Some('k' | 'K') => (&t[..t.len() - 1], 1u64 << 10),
+        Some('m' | 'M') => (&t[..t.len() - 1], 1 << 20),
+        Some('g' | 'G') => (&t[..t.len() - 1], 1 << 30),
+        _ => (t, 1),
+    };
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("'{s}' is not a size (e.g. 8, 64K, 128M, 1G)"))?;
+    n.checked_mul(mul)
+        .filter(|&b| b >= 4)
+        .ok_or_else(|| format!("'{s}': sizes must be at least 4 bytes (one f32)"))
 }

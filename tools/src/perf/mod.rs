@@ -2,6 +2,7 @@
 //! loops, report like testpmd.
 
 pub mod args;
+pub mod coll;
 pub mod fwd;
 pub mod packet;
 pub mod quic;

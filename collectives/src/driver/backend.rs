@@ -1,0 +1,131 @@
+//! What the driver needs from a `PacketIo` beyond burst I/O: a way to
+//! sleep until traffic arrives (so idle ranks give the core back), and a
+//! counting wrapper that measures what goes over the wire.
+
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::os::fd::AsFd;
+use std::time::{Duration, Instant};
+
+use nix::poll::{PollFd, PollFlags};
+use nix::sys::time::TimeSpec;
+use stack::io::kernel::KernelUdp;
+use stack::io::{Datagram, PacketIo};
+
+use crate::error::{Error, Result};
+
+/// A `PacketIo` the driver can block on.
+pub trait Backend: PacketIo {
+    /// Sleep until a datagram may be received (or, with `writable`, sent),
+    /// or `timeout` passes. Spurious wake-ups are fine.
+    fn wait(&mut self, writable: bool, timeout: Duration) -> Result<()>;
+
+    /// The UDP port datagrams are sent from.
+    fn local_port(&self) -> u16;
+}
+
+impl Backend for KernelUdp {
+    fn wait(&mut self, writable: bool, timeout: Duration) -> Result<()> {
+        let mut flags = PollFlags::POLLIN;
+        if writable {
+            flags |= PollFlags::POLLOUT;
+        }
+        let mut fds = [PollFd::new(self.as_fd(), flags)];
+        match nix::poll::ppoll(&mut fds, Some(TimeSpec::from_duration(timeout)), None) {
+            Ok(_) | Err(nix::errno::Errno::EINTR) => Ok(()),
+            Err(e) => Err(Error::Transport(format!("poll on the UDP socket: {e}"))),
+        }
+    }
+
+    fn local_port(&self) -> u16 {
+        self.local_addr().port()
+    }
+}
+
+/// Wire counters of a [`Counting`] backend.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WireCounters {
+    pub packets_sent: u64,
+    pub bytes_sent: u64,
+    pub packets_received: u64,
+    pub bytes_received: u64,
+}
+
+/// Counts datagrams and payload bytes each way, and notes which known
+/// peers were heard from (liveness without per-packet clock reads).
+pub struct Counting<B> {
+    pub inner: B,
+    pub wire: WireCounters,
+    /// Peer addresses to watch; `heard[i]` is set when `watch[i]` sends.
+    watch: Vec<SocketAddrV4>,
+    heard: Vec<bool>,
+}
+
+impl<B> Counting<B> {
+    pub fn new(inner: B) -> Counting<B> {
+        Counting {
+            inner,
+            wire: WireCounters::default(),
+            watch: Vec::new(),
+            heard: Vec::new(),
+        }
+    }
+
+    /// Watch `addr`; returns its slot for [`Counting::take_heard`].
+    pub fn watch(&mut self, addr: SocketAddrV4) -> usize {
+        if let Some(i) = self.watch.iter().position(|a| *a == addr) {
+            return i;
+        }
+        self.watch.push(addr);
+        self.heard.push(false);
+        self.watch.len() - 1
+    }
+
+    /// Whether slot `i` was heard from since the last call.
+    pub fn take_heard(&mut self, i: usize) -> bool {
+        std::mem::take(&mut self.heard[i])
+    }
+}
+
+impl<B: PacketIo> PacketIo for Counting<B> {
+    type Buf = B::Buf;
+
+    fn recv_burst(&mut self, out: &mut Vec<Self::Buf>, max: usize) -> usize {
+        let before = out.len();
+        let n = self.inner.recv_burst(out, max);
+        for d in &out[before..] {
+            self.wire.packets_received += 1;
+            self.wire.bytes_received += d.payload().len() as u64;
+            let from = d.peer();
+            // Few peers per endpoint: a scan beats hashing.
+            if let Some(i) = self.watch.iter().position(|a| *a == from) {
+                self.heard[i] = true;
+            }
+        }
+        n
+    }
+
+    fn alloc(&mut self) -> Option<Self::Buf> {
+        self.inner.alloc()
+    }
+
+    fn send_burst(&mut self, bufs: &mut Vec<Self::Buf>) -> usize {
+        let before: usize = bufs.iter().map(|b| b.payload().len()).sum();
+        let n = self.inner.send_burst(bufs);
+        let after: usize = bufs.iter().map(|b| b.payload().len()).sum();
+        self.wire.packets_sent += n as u64;
+        self.wire.bytes_sent += (before - after) as u64;
+        n
+    }
+
+    fn poll(&mut self, now: Instant) {
+        self.inner.poll(now)
+    }
+
+    fn local_ip(&self) -> Ipv4Addr {
+        self.inner.local_ip()
+    }
+
+    fn max_payload(&self) -> usize {
+        self.inner.max_payload()
+    }
+}

@@ -1,0 +1,445 @@
+//! The communicator: an [`Engine`] over a [`Mesh`], blocking and
+//! non-blocking collectives, liveness, counters.
+//!
+//! The poll loop runs in the caller's thread, inside the calls: blocking
+//! collectives and `wait` loop until done; `test` runs one round and
+//! returns. Nothing moves while the caller is away, so overlap needs
+//! `test` calls (or a thread of the caller's owning the communicator).
+//! The loop spins for `DriverConfig::spin` without traffic, then sleeps in
+//! `poll(2)` until a datagram or a QUIC timer is due.
+
+use std::collections::{HashMap, VecDeque};
+use std::net::SocketAddrV4;
+use std::time::{Duration, Instant};
+
+use stack::io::kernel::KernelUdp;
+use tracing::debug;
+
+use super::backend::{Backend, WireCounters};
+use super::mesh::Mesh;
+use super::rendezvous::{self, RankEnv};
+use super::DriverConfig;
+use crate::engine::Engine;
+use crate::error::{Error, Result};
+use crate::{Collective, Counters, Progress, ReduceOp};
+
+/// Everything the communicator counts.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DriverCounters {
+    /// UDP datagrams and payload bytes, each way (QUIC packets).
+    pub wire: WireCounters,
+    pub frames_sent: u64,
+    pub frames_received: u64,
+    /// Flushes where QUIC took less than was queued (backpressure).
+    pub send_blocked: u64,
+    /// Times the caller got control back with a finished collective (one
+    /// per collective: a blocking call's return, or `wait`).
+    pub wakeups: u64,
+    /// Times the loop slept in `poll(2)` for lack of traffic.
+    pub idle_waits: u64,
+    /// The engine's own counters (messages, early arrivals, completions).
+    pub engine: Counters,
+}
+
+/// A non-blocking collective started with [`Communicator::start`].
+#[derive(Debug, PartialEq, Eq, Hash)]
+#[must_use = "wait for the operation to get its buffer back"]
+pub struct OpHandle(u64);
+
+struct Queued {
+    id: u64,
+    collective: Collective,
+    buf: Vec<f32>,
+    started: bool,
+}
+
+/// Per-collective loop state: idle spinning and liveness checks.
+struct Clock {
+    idle_since: Option<Instant>,
+    next_ping: Instant,
+}
+
+impl Clock {
+    fn new(timeout: Duration) -> Clock {
+        Clock {
+            idle_since: None,
+            next_ping: Instant::now() + timeout / 4,
+        }
+    }
+}
+
+/// Collectives over QUIC between `world` ranks. See the module docs for
+/// where the loop runs.
+pub struct Communicator<B: Backend = KernelUdp> {
+    rank: usize,
+    world: usize,
+    cfg: DriverConfig,
+    engine: Engine,
+    mesh: Mesh<B>,
+    queue: VecDeque<Queued>,
+    done: HashMap<u64, Result<Vec<f32>>>,
+    next_id: u64,
+    failed: Option<Error>,
+    wakeups: u64,
+    idle_waits: u64,
+    clock: Clock,
+}
+
+impl Communicator<KernelUdp> {
+    /// Binds `peers[rank]` (kernel UDP) and connects to every other rank
+    /// at its address in `peers`.
+    pub fn new(
+        rank: usize,
+        world: usize,
+        peers: Vec<SocketAddrV4>,
+        config: DriverConfig,
+    ) -> Result<Self> {
+        let bind = *peers
+            .get(rank)
+            .ok_or(Error::RankOutOfRange { rank, world })?;
+        let io = bind_udp(bind, &config)?;
+        Communicator::with_backend(rank, world, io, peers, config)
+    }
+
+    /// The torchrun way: `RANK`, `WORLD_SIZE`, `MASTER_ADDR`,
+    /// `MASTER_PORT` from the environment; binds `AINFTP_BIND` (default
+    /// `0.0.0.0:0`), swaps addresses through rank 0's TCP rendezvous, then
+    /// connects.
+    pub fn from_env(config: DriverConfig) -> Result<Self> {
+        let env = RankEnv::from_env()?;
+        let bind = match std::env::var("AINFTP_BIND") {
+            Ok(v) => v.parse().map_err(|_| Error::Env {
+                var: "AINFTP_BIND",
+                problem: format!("{v:?} is not an IPv4 address:port"),
+            })?,
+            Err(_) => rendezvous::wildcard(0),
+        };
+        let io = bind_udp(bind, &config)?;
+        let peers = rendezvous::exchange(&env, io.local_addr(), config.connect_timeout)?;
+        Communicator::with_backend(env.rank, env.world, io, peers, config)
+    }
+}
+
+fn bind_udp(addr: SocketAddrV4, config: &DriverConfig) -> Result<KernelUdp> {
+    KernelUdp::bind(addr, config.udp.clone()).map_err(|e| Error::Transport(e.to_string()))
+}
+
+impl<B: Backend> Communicator<B> {
+    /// Connects over an already open backend (`peers[rank]` is this rank's
+    /// own address, as the others see it).
+    pub fn with_backend(
+        rank: usize,
+        world: usize,
+        io: B,
+        peers: Vec<SocketAddrV4>,
+        config: DriverConfig,
+    ) -> Result<Self> {
+        let mut engine = Engine::new(rank, world, config.engine.clone())?;
+        let mesh = Mesh::connect(rank, world, io, peers, &config, &mut engine)?;
+        let clock = Clock::new(config.timeout);
+        Ok(Communicator {
+            rank,
+            world,
+            cfg: config,
+            engine,
+            mesh,
+            queue: VecDeque::new(),
+            done: HashMap::new(),
+            next_id: 0,
+            failed: None,
+            wakeups: 0,
+            idle_waits: 0,
+            clock,
+        })
+    }
+
+    pub fn rank(&self) -> usize {
+        self.rank
+    }
+
+    pub fn world(&self) -> usize {
+        self.world
+    }
+
+    /// Every rank's QUIC address, by rank.
+    pub fn peers(&self) -> &[SocketAddrV4] {
+        self.mesh.peers()
+    }
+
+    pub fn config(&self) -> &DriverConfig {
+        &self.cfg
+    }
+
+    /// The algorithm the engine runs for `op` over `count` elements.
+    pub fn algo_for(&self, op: crate::Op, count: usize) -> Result<crate::AlgoId> {
+        self.engine.algo_for(op, count)
+    }
+
+    pub fn counters(&self) -> DriverCounters {
+        let m = self.mesh.counters();
+        DriverCounters {
+            wire: self.mesh.wire(),
+            frames_sent: m.frames_sent,
+            frames_received: m.frames_received,
+            send_blocked: m.send_blocked,
+            wakeups: self.wakeups,
+            idle_waits: self.idle_waits,
+            engine: self.engine.counters(),
+        }
+    }
+
+    pub fn all_reduce(&mut self, buf: &mut [f32], op: ReduceOp) -> Result<()> {
+        self.run(Collective::all_reduce(op), buf)
+    }
+
+    /// The result is this rank's shard `shard_range(len, world, rank)`.
+    pub fn reduce_scatter(&mut self, buf: &mut [f32], op: ReduceOp) -> Result<()> {
+        self.run(Collective::reduce_scatter(op), buf)
+    }
+
+    /// This rank's shard of `buf` in, all of `buf` out.
+    pub fn all_gather(&mut self, buf: &mut [f32]) -> Result<()> {
+        self.run(Collective::all_gather(), buf)
+    }
+
+    pub fn broadcast(&mut self, buf: &mut [f32], root: usize) -> Result<()> {
+        self.run(Collective::broadcast(root), buf)
+    }
+
+    pub fn barrier(&mut self) -> Result<()> {
+        self.run(Collective::barrier(), &mut [])
+    }
+
+    /// Runs `collective` on `buf` to completion (after any started
+    /// non-blocking ones, which complete first, in order).
+    pub fn run(&mut self, collective: Collective, buf: &mut [f32]) -> Result<()> {
+        self.usable()?;
+        while let Some(id) = self.queue.back().map(|q| q.id) {
+            self.drive_until(|c| c.done.contains_key(&id))?;
+        }
+        let first = self.engine.start(collective, buf)?;
+        self.mesh.reset_liveness();
+        self.clock = Clock::new(self.cfg.timeout);
+        let mut complete = first == Progress::Complete;
+        let mut flush_until = None;
+        while !(complete && self.quiet()) {
+            let mut now_done = false;
+            let r = self.round(buf, &mut now_done, true);
+            complete |= now_done;
+            if let Err(e) = r {
+                return Err(self.fail(e));
+            }
+            // Done here; our last sends may wait on a slow peer's flow
+            // control. Bounded: they also leave with the next call.
+            if complete {
+                let until = *flush_until.get_or_insert_with(|| Instant::now() + self.cfg.timeout);
+                if Instant::now() > until {
+                    break;
+                }
+            }
+        }
+        self.wakeups += 1;
+        Ok(())
+    }
+
+    /// Starts a non-blocking collective on `buf` (owned until `wait`).
+    /// Collectives run in the order started.
+    pub fn start(&mut self, collective: Collective, buf: Vec<f32>) -> Result<OpHandle> {
+        self.usable()?;
+        let id = self.next_id;
+        self.next_id += 1;
+        self.queue.push_back(Queued {
+            id,
+            collective,
+            buf,
+            started: false,
+        });
+        self.step(false)?;
+        Ok(OpHandle(id))
+    }
+
+    /// One round of progress without sleeping; whether `h` is done.
+    pub fn test(&mut self, h: &OpHandle) -> Result<bool> {
+        if !self.done.contains_key(&h.0) {
+            self.step(false)?;
+        }
+        Ok(self.done.contains_key(&h.0))
+    }
+
+    /// Drives until `h` is done; returns its buffer (the result).
+    pub fn wait(&mut self, h: OpHandle) -> Result<Vec<f32>> {
+        if !self.done.contains_key(&h.0) && !self.queue.iter().any(|q| q.id == h.0) {
+            return Err(Error::UnknownHandle(h.0));
+        }
+        let id = h.0;
+        self.drive_until(|c| c.done.contains_key(&id))?;
+        // Our last messages leave before the caller goes away (bounded:
+        // they also leave with the next call).
+        if self.queue.is_empty() {
+            let until = Instant::now() + self.cfg.timeout;
+            self.drive_until(|c| c.quiet() || Instant::now() > until)?;
+        }
+        self.wakeups += 1;
+        self.done.remove(&id).expect("checked")
+    }
+
+    /// Leaves the mesh cleanly: our last data goes out, and every peer
+    /// finishes too (up to `timeout`), so nobody is cut off mid-collective.
+    /// Dropping does the same but cannot report.
+    pub fn shutdown(mut self) -> Result<()> {
+        self.usable()?;
+        let unfinished = self.mesh.close(&mut self.engine, self.cfg.timeout);
+        self.failed = Some(Error::Transport("shut down".into()));
+        match unfinished.first() {
+            None => Ok(()),
+            Some(&rank) => Err(Error::PeerTimeout {
+                rank,
+                addr: self.mesh.addr_of(rank).to_string(),
+                waited_ms: self.cfg.timeout.as_millis() as u64,
+                seq: self.engine.seq(),
+            }),
+        }
+    }
+
+    fn usable(&self) -> Result<()> {
+        match &self.failed {
+            Some(e) => Err(Error::Failed(Box::new(e.clone()))),
+            None => Ok(()),
+        }
+    }
+
+    /// Every message of ours has left the driver.
+    fn quiet(&self) -> bool {
+        self.engine.pending_sends() == 0 && self.mesh.is_flushed()
+    }
+
+    fn drive_until(&mut self, mut done: impl FnMut(&Self) -> bool) -> Result<()> {
+        while !done(self) {
+            self.step(true)?;
+        }
+        Ok(())
+    }
+
+    /// One round for the non-blocking queue: start its head if needed,
+    /// move traffic, retire it when complete.
+    fn step(&mut self, may_sleep: bool) -> Result<()> {
+        self.usable()?;
+        let Some(head) = self.queue.front_mut() else {
+            // Nothing queued: still move traffic (flushes, acks).
+            let r = self.round(&mut [], &mut false, may_sleep);
+            return r.map_err(|e| self.fail(e));
+        };
+        if !head.started {
+            head.started = true;
+            match self.engine.start(head.collective, &mut head.buf) {
+                Ok(Progress::Complete) => {
+                    self.retire(Ok(()));
+                    return Ok(());
+                }
+                Ok(Progress::Pending) => {
+                    self.mesh.reset_liveness();
+                    self.clock = Clock::new(self.cfg.timeout);
+                }
+                Err(e) => {
+                    self.retire(Err(e));
+                    return Ok(());
+                }
+            }
+        }
+        let mut buf = std::mem::take(&mut self.queue.front_mut().expect("head").buf);
+        let mut complete = false;
+        let r = self.round(&mut buf, &mut complete, may_sleep);
+        self.queue.front_mut().expect("head").buf = buf;
+        match r {
+            Ok(()) if complete => self.retire(Ok(())),
+            Ok(()) => {}
+            Err(e) => {
+                let e = self.fail(e);
+                self.retire(Err(e.clone()));
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
+    fn retire(&mut self, result: Result<()>) {
+        let q = self.queue.pop_front().expect("head");
+        self.done.insert(q.id, result.map(|()| q.buf));
+    }
+
+    /// One turn of the mesh, then idling and liveness.
+    fn round(&mut self, buf: &mut [f32], complete: &mut bool, may_sleep: bool) -> Result<()> {
+        let work = self.mesh.turn(&mut self.engine, buf, complete)?;
+        let now = Instant::now();
+        if work > 0 || *complete {
+            self.clock.idle_since = None;
+        } else {
+            let since = *self.clock.idle_since.get_or_insert(now);
+            if may_sleep && now - since >= self.cfg.spin {
+                let until_ping = self.clock.next_ping.saturating_duration_since(now);
+                self.mesh
+                    .idle_wait(until_ping.min(Duration::from_millis(100)))?;
+                self.idle_waits += 1;
+            }
+        }
+        if self.engine.is_active() {
+            self.check_liveness(now)?;
+        }
+        Ok(())
+    }
+
+    /// Pings every peer each quarter timeout; a peer silent for a whole
+    /// timeout fails the collective (QUIC acknowledges pings, so live
+    /// peers are never silent that long while they run the loop).
+    fn check_liveness(&mut self, now: Instant) -> Result<()> {
+        if now < self.clock.next_ping {
+            return Ok(());
+        }
+        self.clock.next_ping = now + self.cfg.timeout / 4;
+        self.mesh.ping_all();
+        let silent = (0..self.world)
+            .filter(|&r| r != self.rank)
+            .map(|r| (r, now.saturating_duration_since(self.mesh.last_heard(r))))
+            .max_by_key(|&(_, d)| d);
+        if let Some((rank, waited)) = silent {
+            if waited >= self.cfg.timeout {
+                return Err(Error::PeerTimeout {
+                    rank,
+                    addr: self.mesh.addr_of(rank).to_string(),
+                    waited_ms: waited.as_millis() as u64,
+                    seq: self.engine.seq(),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Abandons the running collective; the communicator is unusable
+    /// afterwards (peers are out of step or gone).
+    fn fail(&mut self, e: Error) -> Error {
+        if self.failed.is_none() {
+            debug!(rank = self.rank, error = %e, "collective failed");
+            self.engine.abort();
+            self.failed = Some(e.clone());
+        }
+        e
+    }
+}
+
+impl<B: Backend> Drop for Communicator<B> {
+    fn drop(&mut self) {
+        // Dropped mid-collective: peers cannot finish it either.
+        if self.engine.is_active() || !self.queue.is_empty() {
+            self.engine.abort();
+            self.failed
+                .get_or_insert(Error::Transport("dropped mid-collective".into()));
+        }
+        // After a failure peers are gone or out of step: close at once.
+        let linger = if self.failed.is_some() {
+            Duration::ZERO
+        } else {
+            self.cfg.timeout
+        };
+        let _ = self.mesh.close(&mut self.engine, linger);
+    }
+}

@@ -1,0 +1,614 @@
+//! The full mesh of QUIC connections of one rank: one endpoint on one
+//! backend, `conns_per_peer` connections to every other rank (the lower
+//! rank dials, the higher accepts), one long-lived bidirectional stream per
+//! connection carrying length-prefixed engine messages.
+//!
+//! A dialled connection's first frame is a hello naming the dialler's
+//! rank, so the acceptor identifies peers by what they say, not by their
+//! source address (which NAT or a wildcard bind may change).
+
+use std::collections::HashMap;
+use std::net::SocketAddrV4;
+use std::time::{Duration, Instant};
+
+use stack::io::PacketIo;
+use stack::quic::{CloseReason, ConnHandle, Endpoint, Event, QuicConfig};
+use tracing::{debug, warn};
+
+use super::backend::{Backend, Counting, WireCounters};
+use super::framing::{FrameQueue, FrameReader};
+use super::identity;
+use super::DriverConfig;
+use crate::engine::Engine;
+use crate::error::{Error, Result};
+use crate::Progress;
+
+/// ALPN of the collectives protocol between ranks.
+pub const COLL_ALPN: &[u8] = b"ainftp-coll/1";
+/// Name the dialler expects in the acceptor's certificate.
+pub const SERVER_NAME: &str = "ainftp-rank";
+const HELLO_MAGIC: &[u8; 8] = b"AINFTPH1";
+const HELLO_LEN: usize = 16;
+/// Largest frame accepted: far above the engine's largest message (a
+/// 65535-element f32 chunk plus header), far below anything that could
+/// exhaust memory.
+const MAX_FRAME: usize = 16 << 20;
+/// Stream bytes read from one link per turn, so one busy peer cannot
+/// starve the others.
+const READ_BUDGET: usize = 4 << 20;
+
+struct Link {
+    conn: ConnHandle,
+    stream: Option<u64>,
+    /// The peer's rank: known when dialled, from the hello when accepted.
+    rank: Option<usize>,
+    addr: SocketAddrV4,
+    established: bool,
+    /// Whether the stream exists in QUIC (a dialled stream exists once
+    /// written; reading it before is an error).
+    open: bool,
+    /// We finished our side of the stream (closing: all our data is out).
+    fin_sent: bool,
+    /// The peer finished its side: it has nothing more to say and waits
+    /// for our FIN to close.
+    fin_received: bool,
+    /// QUIC closed the connection.
+    closed: bool,
+    /// The backend's liveness slot for `addr`.
+    slot: usize,
+    out: FrameQueue,
+    input: FrameReader,
+}
+
+/// Counters of the mesh itself.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MeshCounters {
+    pub frames_sent: u64,
+    pub frames_received: u64,
+    /// Flushes that left bytes queued because QUIC flow or congestion
+    /// control took less (backpressure).
+    pub send_blocked: u64,
+}
+
+pub struct Mesh<B: Backend> {
+    rank: usize,
+    world: usize,
+    conns_per_peer: usize,
+    max_pending: usize,
+    io: Counting<B>,
+    ep: Endpoint<B::Buf>,
+    tx: Vec<B::Buf>,
+    links: Vec<Link>,
+    by_conn: HashMap<ConnHandle, usize>,
+    peer_links: Vec<Vec<usize>>,
+    rr: Vec<usize>,
+    peers: Vec<SocketAddrV4>,
+    /// When each rank was last heard from (any packet).
+    last_heard: Vec<Instant>,
+    /// Bytes queued in link queues, not yet accepted by QUIC.
+    pending: usize,
+    closing: bool,
+    counters: MeshCounters,
+}
+
+impl<B: Backend> Mesh<B> {
+    /// Dials the higher ranks and waits until every peer is connected and
+    /// identified, or `cfg.connect_timeout` passes.
+    pub fn connect(
+        rank: usize,
+        world: usize,
+        io: B,
+        peers: Vec<SocketAddrV4>,
+        cfg: &DriverConfig,
+        engine: &mut Engine,
+    ) -> Result<Mesh<B>> {
+        if peers.len() != world {
+            return Err(Error::Transport(format!(
+                "{} peer addresses for a world of {world}",
+                peers.len()
+            )));
+        }
+        if cfg.conns_per_peer == 0 {
+            return Err(Error::Config("conns_per_peer must be at least 1"));
+        }
+        let payload = io.max_payload();
+        let (quic, _identity) = match &cfg.quic.cert_chain {
+            Some(_) => (cfg.quic.clone(), None),
+            None => {
+                let (q, dir) = identity::ephemeral(rank, cfg.quic.clone())?;
+                (q, Some(dir))
+            }
+        };
+        let quic = QuicConfig {
+            alpn: vec![COLL_ALPN.to_vec()],
+            max_udp_payload: payload,
+            // Liveness is the driver's (`DriverConfig::timeout`, during
+            // collectives only); QUIC's idle timer would close healthy
+            // connections while the trainer computes between collectives.
+            idle_timeout: Duration::ZERO,
+            ..quic
+        };
+        let ep = Endpoint::server(quic, 0, payload)
+            .map_err(|e| Error::Transport(format!("QUIC endpoint: {e}")))?;
+        let mut mesh = Mesh {
+            rank,
+            world,
+            conns_per_peer: cfg.conns_per_peer,
+            max_pending: cfg.max_pending_bytes,
+            io: Counting::new(io),
+            ep,
+            tx: Vec::new(),
+            links: Vec::new(),
+            by_conn: HashMap::new(),
+            peer_links: vec![Vec::new(); world],
+            rr: vec![0; world],
+            peers,
+            last_heard: vec![Instant::now(); world],
+            pending: 0,
+            closing: false,
+            counters: MeshCounters::default(),
+        };
+        let local = SocketAddrV4::new(mesh.io.local_ip(), mesh.io.inner.local_port());
+        for peer in rank + 1..world {
+            for c in 0..cfg.conns_per_peer {
+                let addr = mesh.peers[peer];
+                let conn = mesh
+                    .ep
+                    .connect(local, addr, Some(SERVER_NAME))
+                    .map_err(|e| {
+                        Error::Transport(format!("dialling rank {peer} at {addr}: {e}"))
+                    })?;
+                let stream = mesh
+                    .ep
+                    .open_bidi(conn)
+                    .map_err(|e| Error::Transport(e.to_string()))?;
+                let idx = mesh.add_link(conn, addr, Some(peer), Some(stream));
+                let mut hello = Vec::with_capacity(HELLO_LEN);
+                hello.extend_from_slice(HELLO_MAGIC);
+                hello.extend_from_slice(&(rank as u32).to_le_bytes());
+                hello.extend_from_slice(&(c as u32).to_le_bytes());
+                mesh.links[idx].out.push(hello);
+                mesh.pending += mesh.links[idx].out.pending_bytes();
+            }
+        }
+        mesh.wait_connected(cfg.connect_timeout, engine)?;
+        Ok(mesh)
+    }
+
+    fn add_link(
+        &mut self,
+        conn: ConnHandle,
+        addr: SocketAddrV4,
+        rank: Option<usize>,
+        stream: Option<u64>,
+    ) -> usize {
+        let slot = self.io.watch(addr);
+        let idx = self.links.len();
+        self.links.push(Link {
+            conn,
+            stream,
+            rank,
+            addr,
+            established: false,
+            open: stream.is_some() && rank.is_none(),
+            fin_sent: false,
+            fin_received: false,
+            closed: false,
+            slot,
+            out: FrameQueue::default(),
+            input: FrameReader::new(MAX_FRAME),
+        });
+        self.by_conn.insert(conn, idx);
+        if let Some(r) = rank {
+            self.peer_links[r].push(idx);
+        }
+        idx
+    }
+
+    /// Messages of a fast peer's first collective may arrive meanwhile:
+    /// `engine` (idle) keeps them for when that collective starts here.
+    fn wait_connected(&mut self, limit: Duration, engine: &mut Engine) -> Result<()> {
+        let start = Instant::now();
+        loop {
+            let moved = self.turn(engine, &mut [], &mut false)?;
+            let missing: Vec<usize> = (0..self.world)
+                .filter(|&r| {
+                    r != self.rank
+                        && self.peer_links[r]
+                            .iter()
+                            .filter(|&&l| self.links[l].established)
+                            .count()
+                            < self.conns_per_peer
+                })
+                .collect();
+            if missing.is_empty() && self.pending == 0 {
+                return Ok(());
+            }
+            if start.elapsed() > limit {
+                return Err(Error::ConnectTimeout {
+                    missing,
+                    waited_ms: limit.as_millis() as u64,
+                });
+            }
+            if moved == 0 {
+                self.idle_wait(Duration::from_millis(5))?;
+            }
+        }
+    }
+
+    pub fn world(&self) -> usize {
+        self.world
+    }
+
+    pub fn peers(&self) -> &[SocketAddrV4] {
+        &self.peers
+    }
+
+    pub fn wire(&self) -> WireCounters {
+        self.io.wire
+    }
+
+    pub fn counters(&self) -> MeshCounters {
+        self.counters
+    }
+
+    pub fn last_heard(&self, rank: usize) -> Instant {
+        self.last_heard[rank]
+    }
+
+    /// Counts every peer as heard from now (at the start of a collective:
+    /// silence between collectives is not a failure).
+    pub fn reset_liveness(&mut self) {
+        let now = Instant::now();
+        for t in &mut self.last_heard {
+            *t = (*t).max(now);
+        }
+    }
+
+    /// Nothing of ours is waiting in the driver or the device queue.
+    pub fn is_flushed(&self) -> bool {
+        self.pending == 0 && self.tx.is_empty()
+    }
+
+    /// One round: receive and run QUIC timers, hand complete frames to the
+    /// engine, queue what it produced, send. Returns a measure of the work
+    /// done (0: nothing happened). `completed` is set when `engine`
+    /// reported completion during the round.
+    pub fn turn(
+        &mut self,
+        engine: &mut Engine,
+        buf: &mut [f32],
+        completed: &mut bool,
+    ) -> Result<usize> {
+        let mut work = self.ep.drive(&mut self.io, &mut self.tx);
+        // Streams before events: a peer's last data precedes its close.
+        work += self.read_all(engine, buf, completed)?;
+        self.events()?;
+        self.pull(engine)?;
+        work += self.flush_all(engine)?;
+        let now = Instant::now();
+        self.ep.send(&mut self.io, &mut self.tx, now);
+        if !self.tx.is_empty() {
+            work += self.io.send_burst(&mut self.tx);
+        }
+        for l in &self.links {
+            if let Some(r) = l.rank {
+                if self.io.take_heard(l.slot) {
+                    self.last_heard[r] = now;
+                }
+            }
+        }
+        Ok(work)
+    }
+
+    fn events(&mut self) -> Result<()> {
+        while let Some(ev) = self.ep.poll_event() {
+            match ev {
+                Event::Established { conn, peer, .. } => match self.by_conn.get(&conn) {
+                    Some(&i) => self.links[i].established = true,
+                    None => {
+                        // Accepted: the hello will say who it is.
+                        let i = self.add_link(conn, peer, None, None);
+                        self.links[i].established = true;
+                    }
+                },
+                Event::Closed {
+                    conn, peer, reason, ..
+                } => {
+                    let Some(&i) = self.by_conn.get(&conn) else {
+                        continue;
+                    };
+                    self.links[i].closed = true;
+                    if self.closing || self.links[i].fin_received {
+                        continue;
+                    }
+                    match self.links[i].rank {
+                        Some(rank) => {
+                            return Err(Error::PeerClosed {
+                                rank,
+                                addr: peer.to_string(),
+                                reason: describe(&reason),
+                            })
+                        }
+                        None => {
+                            warn!(%peer, ?reason, "unidentified connection closed");
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn read_all(
+        &mut self,
+        engine: &mut Engine,
+        buf: &mut [f32],
+        completed: &mut bool,
+    ) -> Result<usize> {
+        let mut frames = 0;
+        for i in 0..self.links.len() {
+            if !self.links[i].established {
+                continue;
+            }
+            if self.links[i].stream.is_none() {
+                let conn = self.links[i].conn;
+                let first = self
+                    .ep
+                    .readable(conn)
+                    .map_err(|e| Error::Transport(e.to_string()))?
+                    .next();
+                match first {
+                    Some(s) => {
+                        self.links[i].stream = Some(s);
+                        self.links[i].open = true;
+                    }
+                    None => continue,
+                }
+            }
+            if !self.links[i].open || self.links[i].fin_received {
+                continue;
+            }
+            frames += self.read_link(i, engine, buf, completed)?;
+        }
+        Ok(frames)
+    }
+
+    fn read_link(
+        &mut self,
+        i: usize,
+        engine: &mut Engine,
+        buf: &mut [f32],
+        completed: &mut bool,
+    ) -> Result<usize> {
+        let mut frames = 0;
+        let mut read = 0;
+        let (conn, stream) = (self.links[i].conn, self.links[i].stream.expect("known"));
+        while read < READ_BUDGET {
+            let link = &mut self.links[i];
+            let want = link.input.wanted();
+            let got = self
+                .ep
+                .stream_recv(conn, stream, link.input.spare(want))
+                .map_err(|e| Error::Transport(format!("stream from {}: {e}", link.addr)))?;
+            let Some((n, fin)) = got else {
+                break;
+            };
+            link.input.filled(n);
+            read += n;
+            loop {
+                let link = &mut self.links[i];
+                let frame = link.input.next_frame().map_err(|t| Error::Framing {
+                    peer: link.addr.to_string(),
+                    reason: format!("frame of {} bytes exceeds the limit of {}", t.len, t.max),
+                })?;
+                let Some(frame) = frame else {
+                    break;
+                };
+                frames += 1;
+                self.counters.frames_received += 1;
+                match link.rank {
+                    Some(from) => {
+                        if engine.handle(from, frame, buf)? == Progress::Complete {
+                            *completed = true;
+                        }
+                    }
+                    None => {
+                        let from = parse_hello(frame, self.world, self.rank).map_err(|reason| {
+                            Error::Framing {
+                                peer: link.addr.to_string(),
+                                reason,
+                            }
+                        })?;
+                        link.rank = Some(from);
+                        debug!(rank = from, addr = %link.addr, "peer identified");
+                        self.peer_links[from].push(i);
+                    }
+                }
+            }
+            if fin {
+                // The peer is leaving; if we still needed data from it the
+                // liveness check reports it once it is gone.
+                self.links[i].fin_received = true;
+                debug!(addr = %self.links[i].addr, "peer finished its stream");
+                break;
+            }
+        }
+        Ok(frames)
+    }
+
+    /// Moves engine messages into link queues while the driver holds
+    /// less than `max_pending` bytes (the rest stays in the engine).
+    fn pull(&mut self, engine: &mut Engine) -> Result<()> {
+        while self.pending < self.max_pending {
+            let Some(out) = engine.poll_send() else {
+                break;
+            };
+            let links = &self.peer_links[out.to];
+            if links.is_empty() {
+                return Err(Error::Transport(format!(
+                    "no connection to rank {} (it never connected?)",
+                    out.to
+                )));
+            }
+            // Stripe over the peer's connections.
+            let k = self.rr[out.to] % links.len();
+            self.rr[out.to] = self.rr[out.to].wrapping_add(1);
+            let link = &mut self.links[links[k]];
+            self.pending += super::framing::LEN_BYTES + out.bytes.len();
+            link.out.push(out.bytes);
+            self.counters.frames_sent += 1;
+        }
+        Ok(())
+    }
+
+    fn flush_all(&mut self, engine: &mut Engine) -> Result<usize> {
+        let mut total = 0;
+        let Mesh {
+            ep,
+            links,
+            pending,
+            counters,
+            ..
+        } = self;
+        for link in links.iter_mut() {
+            let Some(stream) = link.stream else { continue };
+            if !link.established || link.out.is_empty() {
+                continue;
+            }
+            let conn = link.conn;
+            let took = link
+                .out
+                .flush(
+                    |d| ep.stream_send(conn, stream, d, false),
+                    |body| engine.recycle(body),
+                )
+                .map_err(|e| Error::Transport(format!("stream to {}: {e}", link.addr)))?;
+            *pending -= took;
+            total += took;
+            link.open |= took > 0;
+            if !link.out.is_empty() {
+                counters.send_blocked += 1;
+            }
+        }
+        Ok(total)
+    }
+
+    /// Makes every connection send something the peer must acknowledge,
+    /// so a live peer is heard from even when it has no data for us.
+    pub fn ping_all(&mut self) {
+        for l in &self.links {
+            if let Some(c) = self.ep.connection_mut(l.conn) {
+                let _ = c.send_ack_eliciting();
+            }
+        }
+    }
+
+    /// Sleeps until traffic arrives, a QUIC timer is due or `limit` passes.
+    pub fn idle_wait(&mut self, limit: Duration) -> Result<()> {
+        let now = Instant::now();
+        let mut t = limit;
+        if let Some(at) = self.ep.next_timeout() {
+            t = t.min(at.saturating_duration_since(now));
+        }
+        if t.is_zero() {
+            return Ok(());
+        }
+        self.io.inner.wait(!self.tx.is_empty(), t)
+    }
+
+    /// Leaves cleanly: finishes our streams once everything queued is
+    /// out, waits (up to `linger`) until every peer has finished its own
+    /// (so no peer still needs data from us, and QUIC delivered ours),
+    /// then closes the connections. Returns the ranks that did not finish.
+    pub fn close(&mut self, engine: &mut Engine, linger: Duration) -> Vec<usize> {
+        let start = Instant::now();
+        loop {
+            let moved = self.turn(engine, &mut [], &mut false).unwrap_or(0);
+            self.send_fins();
+            let waiting = self
+                .links
+                .iter()
+                .any(|l| l.established && !l.closed && !(l.fin_received && l.fin_sent));
+            if !waiting || start.elapsed() >= linger {
+                break;
+            }
+            if moved == 0 {
+                let _ = self.idle_wait(Duration::from_millis(5));
+            }
+        }
+        let mut unfinished: Vec<usize> = self
+            .links
+            .iter()
+            .filter(|l| l.established && !l.closed && !l.fin_received)
+            .filter_map(|l| l.rank)
+            .collect();
+        unfinished.dedup();
+        for l in &self.links {
+            if let Ok(stats) = self.ep.conn_stats(l.conn) {
+                debug!(rank = self.rank, peer = ?l.rank, ?stats, "connection statistics at close");
+            }
+        }
+        // Our FINs (and anything else queued) reach the wire before the
+        // close, which would discard them.
+        for _ in 0..3 {
+            let _ = self.turn(engine, &mut [], &mut false);
+        }
+        self.closing = true;
+        for l in &self.links {
+            let _ = self.ep.close(l.conn, 0, b"communicator closed");
+        }
+        let start = Instant::now();
+        while self.ep.connections() > 0 && start.elapsed() < Duration::from_millis(100) {
+            let moved = self.turn(engine, &mut [], &mut false).unwrap_or(1);
+            if moved == 0 {
+                let _ = self.idle_wait(Duration::from_millis(1));
+            }
+        }
+        unfinished
+    }
+
+    fn send_fins(&mut self) {
+        for l in &mut self.links {
+            let Some(stream) = l.stream else { continue };
+            if l.established && l.open && !l.fin_sent && l.out.is_empty() {
+                l.fin_sent = self.ep.stream_send(l.conn, stream, &[], true).is_ok();
+            }
+        }
+    }
+
+    /// The address of the rank that has been silent longest, for errors.
+    pub fn addr_of(&self, rank: usize) -> SocketAddrV4 {
+        self.peer_links[rank]
+            .first()
+            .map(|&l| self.links[l].addr)
+            .unwrap_or(self.peers[rank])
+    }
+}
+
+fn describe(reason: &CloseReason) -> String {
+    let text = |r: &[u8]| String::from_utf8_lossy(r).into_owned();
+    match reason {
+        CloseReason::Peer { code, reason, .. } => {
+            format!("closed by the peer (code {code}: {})", text(reason))
+        }
+        CloseReason::Local { code, reason, .. } => {
+            format!("closed here (code {code}: {})", text(reason))
+        }
+        CloseReason::IdleTimeout => "QUIC idle timeout".into(),
+        CloseReason::Refused(why) => format!("refused: {why}"),
+    }
+}
+
+fn parse_hello(frame: &[u8], world: usize, me: usize) -> std::result::Result<usize, String> {
+    if frame.len() != HELLO_LEN || &frame[..8] != HELLO_MAGIC {
+        return Err("first frame is not an ainftp collectives hello".into());
+    }
+    let rank = u32::from_le_bytes(frame[8..12].try_into().expect("4 bytes")) as usize;
+    if rank >= world || rank >= me {
+        return Err(format!(
+            "hello claims rank {rank}: only ranks below {me} dial rank {me} (world {world})"
+        ));
+    }
+    Ok(rank)
+}

@@ -1,0 +1,105 @@
+//! # The driver: collectives over QUIC
+//!
+//! [`Communicator`] runs an [`Engine`](crate::Engine) over QUIC
+//! ([`stack::quic::Endpoint`]) on any [`Backend`] (a `PacketIo` that can
+//! sleep until traffic arrives; kernel UDP out of the box).
+//!
+//! ```text
+//! let mut comm = Communicator::from_env(DriverConfig::default())?;  // torchrun env
+//! comm.all_reduce(&mut grads, ReduceOp::Sum)?;                      // blocking
+//! let h = comm.start(Collective::all_gather(), shards)?;           // non-blocking
+//! while !comm.test(&h)? { compute_a_bit(); }
+//! let gathered = comm.wait(h)?;
+//! ```
+//!
+//! * **Connections.** One QUIC endpoint per rank; rank `i` dials every
+//!   `j > i` `conns_per_peer` times (messages to a peer are striped over
+//!   its connections round-robin). Each connection carries one long-lived
+//!   bidirectional stream; its first frame is the dialler's hello (rank).
+//! * **Framing.** `u32` little-endian length + one engine message. The
+//!   receiver reassembles in a per-stream buffer and hands each complete
+//!   frame to `Engine::handle` in place (no copy between the stream read
+//!   and the decode/reduce).
+//! * **Backpressure.** Messages move from the engine into link queues only
+//!   while the driver holds less than `max_pending_bytes`; the queues feed
+//!   QUIC as flow and congestion control accept (`stream_send` returning
+//!   less is counted in `send_blocked`). The engine produces its sends
+//!   eagerly, so its own outbox is bounded by the collective's size.
+//! * **Where the loop runs.** In the caller's thread, inside the calls
+//!   (module `communicator`): no thread hand-off on the latency path, but
+//!   progress only while the caller is in a call (`test` polls once).
+//! * **Liveness.** During a collective every peer is pinged (QUIC
+//!   ack-eliciting frames) each `timeout / 4`; a peer not heard from for
+//!   `timeout` fails the collective with [`Error::PeerTimeout`] naming
+//!   it, and a closed connection with [`Error::PeerClosed`]. After such
+//!   an error the communicator refuses further work ([`Error::Failed`]).
+//!   `timeout` must exceed how late a healthy rank may enter a collective.
+//! * **Counters.** [`DriverCounters`]: datagrams and bytes on the wire,
+//!   frames, backpressure, caller wake-ups (one per finished collective)
+//!   and idle sleeps, plus the engine's.
+//!
+//! [`Error::PeerTimeout`]: crate::Error::PeerTimeout
+//! [`Error::PeerClosed`]: crate::Error::PeerClosed
+//! [`Error::Failed`]: crate::Error::Failed
+
+pub mod backend;
+pub mod communicator;
+pub mod framing;
+mod identity;
+pub mod mesh;
+pub mod rendezvous;
+
+use std::time::Duration;
+
+use stack::io::kernel::KernelUdpConfig;
+use stack::quic::QuicConfig;
+
+pub use backend::{Backend, WireCounters};
+pub use communicator::{Communicator, DriverCounters, OpHandle};
+pub use rendezvous::RankEnv;
+
+/// Driver configuration; every rank must use the same `engine` config.
+#[derive(Debug, Clone)]
+pub struct DriverConfig {
+    pub engine: crate::Config,
+    /// QUIC connections per peer (messages are striped over them).
+    pub conns_per_peer: usize,
+    /// A peer silent this long during a collective fails it.
+    pub timeout: Duration,
+    /// Connecting the mesh (and the rendezvous) gives up after this.
+    pub connect_timeout: Duration,
+    /// Bytes queued in the driver beyond what QUIC accepted, at most.
+    pub max_pending_bytes: usize,
+    /// How long the loop spins without traffic before sleeping in poll(2).
+    pub spin: Duration,
+    /// TLS identity and QUIC tuning (windows, congestion control). Without
+    /// a certificate: a throw-away self-signed identity and no peer
+    /// verification; `QuicConfig::cluster_node` for mutual TLS. (The ALPN,
+    /// UDP payload and idle timeout are set by the driver.)
+    pub quic: QuicConfig,
+    /// The kernel UDP socket of `Communicator::new` / `from_env`.
+    pub udp: KernelUdpConfig,
+}
+
+impl Default for DriverConfig {
+    fn default() -> Self {
+        DriverConfig {
+            engine: crate::Config::default(),
+            conns_per_peer: 1,
+            timeout: Duration::from_secs(30),
+            connect_timeout: Duration::from_secs(60),
+            max_pending_bytes: 4 << 20,
+            spin: Duration::from_micros(50),
+            quic: QuicConfig::default(),
+            udp: KernelUdpConfig {
+                // Loss on a full socket buffer costs a QUIC recovery
+                // round (a tail loss: a whole probe timeout). The kernel
+                // caps these at net.core.rmem_max / wmem_max, which
+                // scripts/setup-host.sh raises to 32 MiB.
+                recv_buffer: Some(32 << 20),
+                send_buffer: Some(8 << 20),
+                ..KernelUdpConfig::default()
+            },
+        }
+    }
+}

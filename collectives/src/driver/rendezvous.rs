@@ -1,0 +1,395 @@
+//! Rendezvous in the torchrun convention: `RANK`, `WORLD_SIZE`,
+//! `MASTER_ADDR`, `MASTER_PORT`. Rank 0 listens on TCP `MASTER_PORT`,
+//! collects every rank's QUIC address and sends everyone the full table.
+//!
+//! Protocol (one line each, ASCII):
+//! ```text
+//! rank -> 0:  ainftp-rdv/1 RANK WORLD IP:PORT
+//! 0 -> rank:  ok WORLD            then WORLD lines IP:PORT (rank order)
+//!         or  err MESSAGE
+//! ```
+
+use std::io::{BufReader, Write};
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpListener, TcpStream, ToSocketAddrs};
+use std::time::{Duration, Instant};
+
+use tracing::debug;
+
+use crate::error::{Error, Result};
+
+const PROTO: &str = "ainftp-rdv/1";
+/// Longest line accepted (a table line is at most ~22 bytes).
+const MAX_LINE: u64 = 256;
+
+/// A rank's place in the job, from the environment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RankEnv {
+    pub rank: usize,
+    pub world: usize,
+    /// `MASTER_ADDR` as given (a host name or an IPv4 address).
+    pub master_addr: String,
+    pub master_port: u16,
+}
+
+impl RankEnv {
+    /// Reads `RANK`, `WORLD_SIZE`, `MASTER_ADDR`, `MASTER_PORT`.
+    pub fn from_env() -> Result<RankEnv> {
+        RankEnv::from_lookup(|k| std::env::var(k).ok())
+    }
+
+    /// As `from_env`, with variables from `get` (tests).
+    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<RankEnv> {
+        let var = |name: &'static str| {
+            get(name).filter(|v| !v.is_empty()).ok_or(Error::Env {
+                var: name,
+                problem: "is not set".into(),
+            })
+        };
+        let num = |name: &'static str| -> Result<usize> {
+            let v = var(name)?;
+            v.trim().parse().map_err(|_| Error::Env {
+                var: name,
+                problem: format!("{v:?} is not a non-negative integer"),
+            })
+        };
+        let world = num("WORLD_SIZE")?;
+        if world == 0 {
+            return Err(Error::Env {
+                var: "WORLD_SIZE",
+                problem: "must be at least 1".into(),
+            });
+        }
+        let rank = num("RANK")?;
+        if rank >= world {
+            return Err(Error::Env {
+                var: "RANK",
+                problem: format!("{rank} is not below WORLD_SIZE {world}"),
+            });
+        }
+        let port = num("MASTER_PORT")?;
+        if port == 0 || port > 65535 {
+            return Err(Error::Env {
+                var: "MASTER_PORT",
+                problem: format!("{port} is not a TCP port (1..=65535)"),
+            });
+        }
+        Ok(RankEnv {
+            rank,
+            world,
+            master_addr: var("MASTER_ADDR")?,
+            master_port: port as u16,
+        })
+    }
+
+    /// `MASTER_ADDR:MASTER_PORT` resolved to an IPv4 address.
+    pub fn master(&self) -> Result<SocketAddrV4> {
+        let addrs = (self.master_addr.as_str(), self.master_port)
+            .to_socket_addrs()
+            .map_err(|e| Error::Env {
+                var: "MASTER_ADDR",
+                problem: format!("cannot resolve {:?}: {e}", self.master_addr),
+            })?;
+        addrs
+            .filter_map(|a| match a {
+                SocketAddr::V4(v4) => Some(v4),
+                SocketAddr::V6(_) => None,
+            })
+            .next()
+            .ok_or(Error::Env {
+                var: "MASTER_ADDR",
+                problem: format!("{:?} has no IPv4 address", self.master_addr),
+            })
+    }
+}
+
+/// Swaps the table in: rank 0 serves, the others ask. `mine` is this
+/// rank's QUIC address; an unspecified IP (a wildcard bind) is replaced by
+/// the address this host uses to reach the master. Gives up after
+/// `timeout` with an error that names the ranks still missing.
+pub fn exchange(env: &RankEnv, mine: SocketAddrV4, timeout: Duration) -> Result<Vec<SocketAddrV4>> {
+    let master = env.master()?;
+    let deadline = Instant::now() + timeout;
+    if env.rank == 0 {
+        let ip = if mine.ip().is_unspecified() {
+            if master.ip().is_unspecified() {
+                Ipv4Addr::LOCALHOST
+            } else {
+                *master.ip()
+            }
+        } else {
+            *mine.ip()
+        };
+        serve(
+            env,
+            SocketAddrV4::new(ip, mine.port()),
+            master.port(),
+            deadline,
+        )
+    } else {
+        ask(env, mine, master, deadline)
+    }
+}
+
+fn serve(
+    env: &RankEnv,
+    mine: SocketAddrV4,
+    port: u16,
+    deadline: Instant,
+) -> Result<Vec<SocketAddrV4>> {
+    let listener = TcpListener::bind((Ipv4Addr::UNSPECIFIED, port)).map_err(|e| {
+        Error::Rendezvous(format!(
+            "rank 0 cannot listen on TCP port {port} (MASTER_PORT): {e}; pick a free port"
+        ))
+    })?;
+    listener
+        .set_nonblocking(true)
+        .map_err(|e| Error::Rendezvous(e.to_string()))?;
+    let mut table: Vec<Option<SocketAddrV4>> = vec![None; env.world];
+    table[0] = Some(mine);
+    let mut streams: Vec<TcpStream> = Vec::new();
+    while table.iter().any(Option::is_none) {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            let missing: Vec<usize> = (0..env.world).filter(|&r| table[r].is_none()).collect();
+            for s in &mut streams {
+                let _ = writeln!(s, "err rendezvous timed out, ranks {missing:?} never came");
+            }
+            return Err(Error::Rendezvous(format!(
+                "ranks {missing:?} did not check in at port {port} in time: are they started with the same MASTER_ADDR/MASTER_PORT?"
+            )));
+        }
+        let mut s = match listener.accept() {
+            Ok((s, _)) => s,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                std::thread::sleep(Duration::from_millis(2));
+                continue;
+            }
+            Err(e) => return Err(Error::Rendezvous(format!("accept: {e}"))),
+        };
+        let _ = s.set_nonblocking(false);
+        let _ = s.set_read_timeout(Some(left.min(Duration::from_secs(10))));
+        let line = match read_line(&mut s) {
+            Ok(l) => l,
+            Err(e) => {
+                debug!(error = %e, "rendezvous: dropped a bad client");
+                continue;
+            }
+        };
+        match check_in(&line, env.world) {
+            Ok((rank, addr)) if table[rank].is_none() => {
+                table[rank] = Some(addr);
+                streams.push(s);
+            }
+            Ok((rank, _)) => {
+                let _ = writeln!(s, "err rank {rank} checked in twice");
+            }
+            Err(why) => {
+                let _ = writeln!(s, "err {why}");
+                return Err(Error::Rendezvous(why));
+            }
+        }
+    }
+    let table: Vec<SocketAddrV4> = table.into_iter().map(|a| a.expect("all set")).collect();
+    let mut reply = format!("ok {}\n", env.world);
+    for a in &table {
+        reply.push_str(&format!("{a}\n"));
+    }
+    for s in &mut streams {
+        s.write_all(reply.as_bytes())
+            .map_err(|e| Error::Rendezvous(format!("sending the table: {e}")))?;
+    }
+    Ok(table)
+}
+
+fn check_in(line: &str, world: usize) -> std::result::Result<(usize, SocketAddrV4), String> {
+    let parts: Vec<&str> = line.split_whitespace().collect();
+    let [proto, rank, w, addr] = parts[..] else {
+        return Err(format!("malformed check-in {line:?}"));
+    };
+    if proto != PROTO {
+        return Err(format!(
+            "a peer speaks {proto:?}, not {PROTO}: run the same ainftp version everywhere"
+        ));
+    }
+    let rank: usize = rank.parse().map_err(|_| format!("bad rank {rank:?}"))?;
+    let w: usize = w.parse().map_err(|_| format!("bad world size {w:?}"))?;
+    if w != world {
+        return Err(format!(
+            "rank {rank} has WORLD_SIZE {w}, rank 0 has {world}: start every rank with the same WORLD_SIZE"
+        ));
+    }
+    if rank == 0 || rank >= world {
+        return Err(format!(
+            "rank {rank} is out of range 1..{world} (two rank 0s?)"
+        ));
+    }
+    let addr = addr.parse().map_err(|_| format!("bad address {addr:?}"))?;
+    Ok((rank, addr))
+}
+
+fn ask(
+    env: &RankEnv,
+    mine: SocketAddrV4,
+    master: SocketAddrV4,
+    deadline: Instant,
+) -> Result<Vec<SocketAddrV4>> {
+    // Rank 0 may not be listening yet: retry until the deadline.
+    let mut s = loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(Error::Rendezvous(format!(
+                "rank 0 is not listening at {master} (MASTER_ADDR:MASTER_PORT): is it running?"
+            )));
+        }
+        match TcpStream::connect_timeout(&SocketAddr::V4(master), left.min(Duration::from_secs(2)))
+        {
+            Ok(s) => break s,
+            Err(_) => std::thread::sleep(Duration::from_millis(20)),
+        }
+    };
+    let ip = match (mine.ip().is_unspecified(), s.local_addr()) {
+        (true, Ok(SocketAddr::V4(l))) => *l.ip(),
+        (true, Ok(SocketAddr::V6(_)) | Err(_)) => Ipv4Addr::LOCALHOST,
+        (false, _) => *mine.ip(),
+    };
+    let mine = SocketAddrV4::new(ip, mine.port());
+    writeln!(s, "{PROTO} {} {} {mine}", env.rank, env.world)
+        .map_err(|e| Error::Rendezvous(format!("sending to rank 0 at {master}: {e}")))?;
+    let left = deadline.saturating_duration_since(Instant::now());
+    let _ = s.set_read_timeout(Some(left.max(Duration::from_millis(1))));
+    let mut r = BufReader::new(s);
+    let head = read_line(&mut r).map_err(|e| {
+        Error::Rendezvous(format!(
+            "waiting for the table from rank 0 at {master}: {e} (are all WORLD_SIZE={} ranks started?)",
+            env.world
+        ))
+    })?;
+    if let Some(msg) = head.strip_prefix("err ") {
+        return Err(Error::Rendezvous(format!("rank 0 says: {msg}")));
+    }
+    if head != format!("ok {}", env.world) {
+        return Err(Error::Rendezvous(format!("unexpected reply {head:?}")));
+    }
+    let mut table = Vec::with_capacity(env.world);
+    for _ in 0..env.world {
+        let l =
+            read_line(&mut r).map_err(|e| Error::Rendezvous(format!("reading the table: {e}")))?;
+        let a: SocketAddrV4 = l
+            .parse()
+            .map_err(|_| Error::Rendezvous(format!("bad table line {l:?}")))?;
+        table.push(a);
+    }
+    Ok(table)
+}
+
+/// One `\n`-terminated line of at most `MAX_LINE` bytes.
+fn read_line(r: &mut impl std::io::Read) -> std::io::Result<String> {
+    let mut line = Vec::new();
+    let mut byte = [0u8; 1];
+    while (line.len() as u64) < MAX_LINE {
+        if r.read(&mut byte)? == 0 {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                "connection closed",
+            ));
+        }
+        if byte[0] == b'\n' {
+            return Ok(String::from_utf8_lossy(&line).into_owned());
+        }
+        line.push(byte[0]);
+    }
+    Err(std::io::Error::new(
+        std::io::ErrorKind::InvalidData,
+        "line too long",
+    ))
+}
+
+/// The wildcard address on `port`: bind there before the rendezvous and
+/// the table gets the address peers reach this host by.
+pub fn wildcard(port: u16) -> SocketAddrV4 {
+    SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, port)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn env(vars: &[(&str, &str)]) -> Result<RankEnv> {
+        let m: HashMap<String, String> = vars
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        RankEnv::from_lookup(|k| m.get(k).cloned())
+    }
+
+    #[test]
+    fn env_errors_name_the_variable() {
+        let ok = [
+            ("RANK", "1"),
+            ("WORLD_SIZE", "2"),
+            ("MASTER_ADDR", "127.0.0.1"),
+            ("MASTER_PORT", "29500"),
+        ];
+        assert_eq!(env(&ok).unwrap().rank, 1);
+        let e = env(&ok[1..]).unwrap_err().to_string();
+        assert!(e.contains("RANK") && e.contains("not set"), "{e}");
+        let e = env(&[ok[0], ("WORLD_SIZE", "x"), ok[2], ok[3]])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("WORLD_SIZE") && e.contains("\"x\""), "{e}");
+        let e = env(&[("RANK", "2"), ok[1], ok[2], ok[3]])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("not below WORLD_SIZE"), "{e}");
+        let e = env(&[ok[0], ok[1], ok[2], ("MASTER_PORT", "70000")])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("MASTER_PORT"), "{e}");
+    }
+
+    #[test]
+    fn three_ranks_get_the_same_table() {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let handles: Vec<_> = (0..3usize)
+            .map(|r| {
+                std::thread::spawn(move || {
+                    let e = RankEnv {
+                        rank: r,
+                        world: 3,
+                        master_addr: "127.0.0.1".into(),
+                        master_port: port,
+                    };
+                    exchange(&e, wildcard(40000 + r as u16), Duration::from_secs(10))
+                })
+            })
+            .collect();
+        let tables: Vec<_> = handles
+            .into_iter()
+            .map(|h| h.join().unwrap().unwrap())
+            .collect();
+        assert!(tables.iter().all(|t| t == &tables[0]));
+        assert_eq!(tables[0][2], "127.0.0.1:40002".parse().unwrap());
+    }
+
+    #[test]
+    fn missing_rank_times_out_with_its_number() {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let e = RankEnv {
+            rank: 0,
+            world: 2,
+            master_addr: "127.0.0.1".into(),
+            master_port: port,
+        };
+        let err = exchange(&e, wildcard(1), Duration::from_millis(300)).unwrap_err();
+        assert!(err.to_string().contains("[1]"), "{err}");
+    }
+}

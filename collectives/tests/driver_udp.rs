@@ -1,0 +1,168 @@
+//! The driver over kernel UDP on 127.0.0.1, one rank per thread: results
+//! against a reference, the non-blocking API, striping over several
+//! connections, the rendezvous, and a dead peer.
+
+use std::net::{SocketAddrV4, UdpSocket};
+use std::time::{Duration, Instant};
+
+use collectives::driver::{Communicator, DriverConfig};
+use collectives::{shard_range, Collective, Error, ReduceOp};
+
+/// Free ports on 127.0.0.1 (bound and released; racy but fine on a test host).
+fn addrs(n: usize) -> Vec<SocketAddrV4> {
+    let socks: Vec<UdpSocket> = (0..n)
+        .map(|_| UdpSocket::bind("127.0.0.1:0").unwrap())
+        .collect();
+    socks
+        .iter()
+        .map(|s| match s.local_addr().unwrap() {
+            std::net::SocketAddr::V4(a) => a,
+            _ => unreachable!(),
+        })
+        .collect()
+}
+
+fn value(rank: usize, i: usize) -> f32 {
+    ((i * 7 + rank * 13) % 64) as f32 * 0.25 - 8.0
+}
+
+/// Runs `f` on `world` ranks, each in a thread with its communicator.
+fn on_ranks<T: Send + 'static>(
+    world: usize,
+    cfg: DriverConfig,
+    f: impl Fn(Communicator) -> T + Send + Sync + Clone + 'static,
+) -> Vec<T> {
+    let peers = addrs(world);
+    let hs: Vec<_> = (0..world)
+        .map(|r| {
+            let (peers, cfg, f) = (peers.clone(), cfg.clone(), f.clone());
+            std::thread::spawn(move || f(Communicator::new(r, world, peers, cfg).unwrap()))
+        })
+        .collect();
+    hs.into_iter().map(|h| h.join().unwrap()).collect()
+}
+
+#[test]
+fn all_reduce_sizes_match_reference_and_ranks_agree() {
+    let world = 4;
+    let sizes = [1usize, 2, 1000, 16 * 1024 + 3, 300_000];
+    let out = on_ranks(world, DriverConfig::default(), move |mut c| {
+        let mut results = Vec::new();
+        for &n in &sizes {
+            let mut buf: Vec<f32> = (0..n).map(|i| value(c.rank(), i)).collect();
+            c.all_reduce(&mut buf, ReduceOp::Sum).unwrap();
+            results.push(buf);
+        }
+        let counters = c.counters();
+        c.barrier().unwrap();
+        (results, counters)
+    });
+    for (k, &n) in sizes.iter().enumerate() {
+        for i in 0..n {
+            let want: f32 = (0..world).map(|r| value(r, i)).sum();
+            assert!((out[0].0[k][i] - want).abs() <= 1e-6 * want.abs().max(1.0));
+        }
+        for r in 1..world {
+            assert_eq!(out[r].0[k], out[0].0[k], "rank {r} differs at size {n}");
+        }
+    }
+    let c = out[0].1;
+    assert_eq!(c.wakeups, sizes.len() as u64);
+    assert!(c.wire.packets_received > 0 && c.wire.bytes_sent > 0);
+}
+
+#[test]
+fn other_collectives_and_nonblocking() {
+    let world = 3;
+    let n = 50_000;
+    let out = on_ranks(world, DriverConfig::default(), move |mut c| {
+        let r = c.rank();
+        let mut rs: Vec<f32> = (0..n).map(|i| value(r, i)).collect();
+        c.reduce_scatter(&mut rs, ReduceOp::Max).unwrap();
+        let mine = shard_range(n, c.world(), r);
+        let rs = rs[mine.clone()].to_vec();
+
+        let mut ag = vec![0f32; n];
+        for i in mine {
+            ag[i] = i as f32;
+        }
+        c.all_gather(&mut ag).unwrap();
+
+        let mut bc = vec![r as f32; n];
+        c.broadcast(&mut bc, 2).unwrap();
+
+        // Two non-blocking collectives in flight, polled with test.
+        let h1 = c
+            .start(Collective::all_reduce(ReduceOp::Sum), vec![1.0; n])
+            .unwrap();
+        let h2 = c
+            .start(Collective::all_reduce(ReduceOp::Avg), vec![r as f32; 7])
+            .unwrap();
+        while !c.test(&h2).unwrap() {}
+        let a2 = c.wait(h2).unwrap();
+        let a1 = c.wait(h1).unwrap();
+        (rs, ag, bc, a1, a2)
+    });
+    for (r, (rs, ag, bc, a1, a2)) in out.iter().enumerate() {
+        let mine = shard_range(n, world, r);
+        for (k, i) in mine.enumerate() {
+            let want = (0..world).map(|q| value(q, i)).fold(f32::MIN, f32::max);
+            assert_eq!(rs[k], want);
+        }
+        assert!(ag.iter().enumerate().all(|(i, &x)| x == i as f32));
+        assert!(bc.iter().all(|&x| x == 2.0));
+        assert!(a1.iter().all(|&x| x == world as f32));
+        assert!(a2.iter().all(|&x| x == 1.0), "{a2:?}");
+    }
+}
+
+#[test]
+fn striped_over_four_connections_per_peer() {
+    let cfg = DriverConfig {
+        conns_per_peer: 4,
+        ..DriverConfig::default()
+    };
+    let n = 1 << 20;
+    let out = on_ranks(2, cfg, move |mut c| {
+        let mut buf: Vec<f32> = (0..n).map(|i| value(c.rank(), i)).collect();
+        c.all_reduce(&mut buf, ReduceOp::Sum).unwrap();
+        buf
+    });
+    assert_eq!(out[0], out[1]);
+    assert!(out[0]
+        .iter()
+        .enumerate()
+        .all(|(i, &x)| x == value(0, i) + value(1, i)));
+}
+
+#[test]
+fn dead_peer_fails_with_a_clear_error() {
+    let world = 3;
+    let cfg = DriverConfig {
+        timeout: Duration::from_secs(1),
+        ..DriverConfig::default()
+    };
+    let out = on_ranks(world, cfg, move |mut c| {
+        if c.rank() == 2 {
+            // Dies silently: the socket stays open, nothing answers.
+            std::mem::forget(c);
+            return None;
+        }
+        let start = Instant::now();
+        let mut buf = vec![1.0f32; 100_000];
+        let err = c.all_reduce(&mut buf, ReduceOp::Sum).unwrap_err();
+        let again = c.barrier().unwrap_err();
+        // Kept open until every rank has failed on its own.
+        Some((err, again, start.elapsed(), c))
+    });
+    for (r, o) in out.into_iter().enumerate().take(2) {
+        let (err, again, took, _comm) = o.unwrap();
+        assert!(took < Duration::from_secs(10), "rank {r} took {took:?}");
+        match &err {
+            Error::PeerTimeout { rank, .. } => assert_eq!(*rank, 2, "{err}"),
+            other => panic!("rank {r}: expected a peer timeout, got {other}"),
+        }
+        assert!(err.to_string().contains("rank 2"), "{err}");
+        assert!(matches!(again, Error::Failed(_)), "{again}");
+    }
+}

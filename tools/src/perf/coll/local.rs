@@ -1,0 +1,74 @@
+//! `--local-ranks N`: this binary starts N copies of itself, one rank
+//! each, with the torchrun variables and a rendezvous on 127.0.0.1.
+
+use std::net::TcpListener;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::error::{Error, Result};
+
+/// Set in the children so they run as ranks instead of spawning.
+pub const CHILD_VAR: &str = "AINFTP_PERF_LOCAL_CHILD";
+
+/// Starts the ranks and waits for all of them. Once one fails, the
+/// others get `grace` to fail on their own (they report the cause) before
+/// they are killed.
+pub fn spawn_ranks(n: usize, grace: Duration) -> Result<()> {
+    let port = TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map_err(|e| Error::Io("picking a rendezvous port".into(), e))?
+        .port();
+    let exe = std::env::current_exe().map_err(|e| Error::Io("finding this binary".into(), e))?;
+    let args: Vec<_> = std::env::args_os().skip(1).collect();
+    let mut children: Vec<(usize, Child)> = Vec::with_capacity(n);
+    for r in 0..n {
+        let child = Command::new(&exe)
+            .args(&args)
+            .env("RANK", r.to_string())
+            .env("WORLD_SIZE", n.to_string())
+            .env("MASTER_ADDR", "127.0.0.1")
+            .env("MASTER_PORT", port.to_string())
+            .env(CHILD_VAR, "1")
+            .stdin(Stdio::null())
+            .stdout(if r == 0 {
+                Stdio::inherit()
+            } else {
+                Stdio::null()
+            })
+            .spawn()
+            .map_err(|e| Error::Io(format!("starting rank {r}"), e))?;
+        children.push((r, child));
+    }
+    let mut failures = Vec::new();
+    let mut kill_at: Option<Instant> = None;
+    while !children.is_empty() {
+        let mut i = 0;
+        while i < children.len() {
+            match children[i].1.try_wait() {
+                Ok(Some(status)) => {
+                    let (r, _) = children.remove(i);
+                    if !status.success() {
+                        failures.push(format!("rank {r} exited with {status}"));
+                        kill_at.get_or_insert(Instant::now() + grace);
+                    }
+                }
+                Ok(None) => i += 1,
+                Err(e) => return Err(Error::Io("waiting for a rank".into(), e)),
+            }
+        }
+        if kill_at.is_some_and(|t| Instant::now() > t) {
+            for (r, c) in &mut children {
+                let _ = c.kill();
+                let _ = c.wait();
+                failures.push(format!("rank {r} killed after the others failed"));
+            }
+            children.clear();
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    if failures.is_empty() {
+        Ok(())
+    } else {
+        Err(Error::Usage(failures.join("; ")))
+    }
+}

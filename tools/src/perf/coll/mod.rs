@@ -1,0 +1,303 @@
+//! ainftp-perf's collective modes (allreduce, reduce-scatter, allgather,
+//! broadcast): nccl-tests style rows over QUIC between ranks, checked
+//! against known references.
+
+pub mod check;
+pub mod local;
+
+use std::time::{Duration, Instant};
+
+use collectives::driver::{Communicator, DriverConfig, DriverCounters};
+use collectives::{Algo, Codec, Collective, Config, Op, ReduceOp, Rounding};
+use serde::Serialize;
+use stack::io::kernel::KernelUdpConfig;
+use stack::quic::QuicConfig;
+
+use crate::error::{Error, Result};
+use crate::perf::args::{CollAlgo, CollCodec, CollOp, Mode, PerfArgs, Transport};
+
+/// One output row (one buffer size).
+#[derive(Debug, Serialize)]
+pub struct Row {
+    pub mode: &'static str,
+    pub ranks: usize,
+    pub bytes: u64,
+    pub count: usize,
+    #[serde(rename = "type")]
+    pub ty: &'static str,
+    pub codec: &'static str,
+    pub op: &'static str,
+    pub algo: &'static str,
+    pub time_us: f64,
+    #[serde(rename = "algbw_GBs")]
+    pub algbw: f64,
+    #[serde(rename = "busbw_GBs")]
+    pub busbw: f64,
+    pub max_rel_err: f64,
+    pub wrong: u64,
+    /// Every rank's result is bit-identical (not defined for
+    /// reduce-scatter, whose results are different shards).
+    pub identical: Option<bool>,
+    /// QUIC packets received per caller wake-up (per collective), rank 0.
+    pub rx_pkts_per_wakeup: f64,
+    /// Times the poll loop slept in poll(2), per collective, rank 0.
+    pub idle_sleeps_per_op: f64,
+    /// UDP payload bytes sent per collective, rank 0.
+    pub wire_bytes_per_op: f64,
+}
+
+/// Runs the mode: spawns local ranks, or is one rank.
+pub fn run(args: &PerfArgs) -> Result<()> {
+    validate(args)?;
+    if let Some(n) = args.local_ranks {
+        if std::env::var_os(local::CHILD_VAR).is_none() {
+            let grace = Duration::from_secs_f64(args.timeout) + Duration::from_secs(10);
+            return local::spawn_ranks(n as usize, grace);
+        }
+    }
+    let mut comm = Communicator::from_env(driver_config(args))?;
+    let (rank, world) = (comm.rank(), comm.world());
+    if args.fault_exit_rank == Some(rank) {
+        eprintln!("ainftp-perf: rank {rank} exits on purpose (--fault-exit-rank)");
+        std::process::exit(70);
+    }
+    if rank == 0 && !args.json {
+        print_header(args, world);
+    }
+    let mut bytes = args.minbytes;
+    while bytes <= args.maxbytes {
+        let row = measure(&mut comm, args, bytes)?;
+        if rank == 0 {
+            if args.json {
+                println!("{}", serde_json::to_string(&row).expect("row serialises"));
+            } else {
+                print_row(&row);
+            }
+        }
+        bytes = match bytes.checked_mul(args.stepfactor) {
+            Some(b) => b,
+            None => break,
+        };
+    }
+    comm.shutdown()?;
+    Ok(())
+}
+
+fn validate(args: &PerfArgs) -> Result<()> {
+    if args.transport == Transport::Dpdk {
+        return Err(Error::Usage(
+            "--transport dpdk is not wired to the collectives yet; use --transport udp".into(),
+        ));
+    }
+    if args.minbytes > args.maxbytes {
+        return Err(Error::Usage(format!(
+            "-b {} is larger than -e {}",
+            args.minbytes, args.maxbytes
+        )));
+    }
+    if !(args.timeout > 0.0 && args.timeout < 1e6) {
+        return Err(Error::Usage("--timeout must be positive seconds".into()));
+    }
+    if args.mode == Mode::Broadcast && args.op != CollOp::Sum {
+        return Err(Error::Usage("--op does not apply to broadcast".into()));
+    }
+    Ok(())
+}
+
+fn driver_config(args: &PerfArgs) -> DriverConfig {
+    let engine = Config {
+        codec: match args.codec {
+            CollCodec::F32 => Codec::F32,
+            CollCodec::I16 => Codec::I16(Rounding::Nearest),
+        },
+        algo: match args.algo {
+            CollAlgo::Auto => Algo::Auto,
+            CollAlgo::Ring => Algo::Ring,
+            CollAlgo::Direct => Algo::Direct,
+            CollAlgo::Rd => Algo::RecursiveDoubling,
+        },
+        ..Config::default()
+    };
+    let base = DriverConfig::default();
+    DriverConfig {
+        engine,
+        conns_per_peer: args.conns_per_peer as usize,
+        timeout: Duration::from_secs_f64(args.timeout),
+        spin: Duration::from_micros(args.spin_us),
+        udp: KernelUdpConfig {
+            max_payload: args.udp_payload as usize,
+            ..base.udp.clone()
+        },
+        quic: QuicConfig {
+            congestion_control: args.cc.clone(),
+            ..base.quic.clone()
+        },
+        ..base
+    }
+}
+
+fn reduce_op(op: CollOp) -> ReduceOp {
+    match op {
+        CollOp::Sum => ReduceOp::Sum,
+        CollOp::Avg => ReduceOp::Avg,
+        CollOp::Max => ReduceOp::Max,
+        CollOp::Min => ReduceOp::Min,
+    }
+}
+
+fn collective(args: &PerfArgs) -> Collective {
+    match args.mode {
+        Mode::ReduceScatter => Collective::reduce_scatter(reduce_op(args.op)),
+        Mode::Allgather => Collective::all_gather(),
+        Mode::Broadcast => Collective::broadcast(0),
+        _ => Collective::all_reduce(reduce_op(args.op)),
+    }
+}
+
+/// nccl-tests' bus bandwidth factor for the mode.
+fn bus_factor(mode: Mode, world: usize) -> f64 {
+    let n = world as f64;
+    match mode {
+        Mode::Allreduce => 2.0 * (n - 1.0) / n,
+        Mode::ReduceScatter | Mode::Allgather => (n - 1.0) / n,
+        _ => 1.0,
+    }
+}
+
+fn measure(comm: &mut Communicator, args: &PerfArgs, bytes: u64) -> Result<Row> {
+    let (rank, world) = (comm.rank(), comm.world());
+    let count = (bytes / 4) as usize;
+    let coll = collective(args);
+    let mut input = vec![0f32; count];
+    check::fill(args.mode, rank, world, &mut input);
+    let mut buf = input.clone();
+    for _ in 0..args.warmup_iters {
+        buf.copy_from_slice(&input);
+        comm.run(coll, &mut buf)?;
+    }
+    let before = comm.counters();
+    let mut total = Duration::ZERO;
+    for _ in 0..args.iters {
+        // Fresh input each time (not timed), so results stay checkable.
+        buf.copy_from_slice(&input);
+        let t = Instant::now();
+        comm.run(coll, &mut buf)?;
+        total += t.elapsed();
+    }
+    let after = comm.counters();
+    let (max_rel_err, wrong) = check::check(args.mode, args.op, args.codec, rank, world, &buf);
+    let identical = if args.mode == Mode::ReduceScatter {
+        None
+    } else {
+        let range = check::result_range(args.mode, rank, world, count);
+        Some(all_identical(comm, check::hash(&buf[range]))?)
+    };
+    let secs = total.as_secs_f64() / args.iters as f64;
+    let algbw = bytes as f64 / secs / 1e9;
+    let iters = args.iters as f64;
+    let delta = |f: fn(&DriverCounters) -> u64| (f(&after) - f(&before)) as f64;
+    Ok(Row {
+        mode: args.mode.name(),
+        ranks: world,
+        bytes,
+        count,
+        ty: "float",
+        codec: match args.codec {
+            CollCodec::F32 => "f32",
+            CollCodec::I16 => "i16",
+        },
+        op: if args.mode == Mode::Broadcast {
+            "none"
+        } else {
+            match args.op {
+                CollOp::Sum => "sum",
+                CollOp::Avg => "avg",
+                CollOp::Max => "max",
+                CollOp::Min => "min",
+            }
+        },
+        algo: algo_name(comm, coll.op, count)?,
+        time_us: secs * 1e6,
+        algbw,
+        busbw: algbw * bus_factor(args.mode, world),
+        max_rel_err,
+        wrong,
+        identical,
+        rx_pkts_per_wakeup: delta(|c| c.wire.packets_received) / delta(|c| c.wakeups).max(1.0),
+        idle_sleeps_per_op: delta(|c| c.idle_waits) / iters,
+        wire_bytes_per_op: delta(|c| c.wire.bytes_sent) / iters,
+    })
+}
+
+fn algo_name(comm: &Communicator, op: Op, count: usize) -> Result<&'static str> {
+    Ok(match comm.algo_for(op, count)? {
+        collectives::AlgoId::Ring => "ring",
+        collectives::AlgoId::Direct => "direct",
+        collectives::AlgoId::RecursiveDoubling => "rd",
+    })
+}
+
+/// Whether every rank's hash equals ours. Each of the 64 bits and its
+/// complement go through one all-reduce(max): a bit differs somewhere iff
+/// both it and its complement reach 1. (0/1 values survive the i16 codec.)
+fn all_identical(comm: &mut Communicator, hash: u64) -> Result<bool> {
+    let mut bits = vec![0f32; 128];
+    for k in 0..64 {
+        let b = ((hash >> k) & 1) as f32;
+        bits[k] = b;
+        bits[64 + k] = 1.0 - b;
+    }
+    comm.all_reduce(&mut bits, ReduceOp::Max)?;
+    Ok((0..64).all(|k| !(bits[k] > 0.5 && bits[64 + k] > 0.5)))
+}
+
+fn print_header(args: &PerfArgs, world: usize) {
+    println!(
+        "# ainftp-perf {}: {world} ranks, QUIC over kernel UDP (payload {} B, {} conn/peer), {} warmup + {} timed iterations",
+        args.mode.name(),
+        args.udp_payload,
+        args.conns_per_peer,
+        args.warmup_iters,
+        args.iters
+    );
+    println!(
+        "# {:>12} {:>10} {:>6} {:>5} {:>4} {:>6} {:>11} {:>10} {:>10} {:>11} {:>6} {:>9} {:>10}",
+        "size",
+        "count",
+        "type",
+        "codec",
+        "op",
+        "algo",
+        "time_us",
+        "algbw_GBs",
+        "busbw_GBs",
+        "max_rel_err",
+        "wrong",
+        "identical",
+        "pkts/wake"
+    );
+}
+
+fn print_row(r: &Row) {
+    let identical = match r.identical {
+        Some(true) => "yes",
+        Some(false) => "NO",
+        None => "-",
+    };
+    println!(
+        "  {:>12} {:>10} {:>6} {:>5} {:>4} {:>6} {:>11.1} {:>10.4} {:>10.4} {:>11.2e} {:>6} {:>9} {:>10.1}",
+        r.bytes,
+        r.count,
+        r.ty,
+        r.codec,
+        r.op,
+        r.algo,
+        r.time_us,
+        r.algbw,
+        r.busbw,
+        r.max_rel_err,
+        r.wrong,
+        identical,
+        r.rx_pkts_per_wakeup
+    );
+}

@@ -1,0 +1,223 @@
+//! ainftp-perf's collective modes with ranks as real processes over
+//! kernel UDP on 127.0.0.1: reference results, bit-identical ranks, data
+//! plane aggregation, a dead peer, and bad environments.
+
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+const PERF: &str = env!("CARGO_BIN_EXE_ainftp-perf");
+
+fn perf(args: &[&str]) -> Output {
+    Command::new(PERF)
+        .args(args)
+        .env_remove("RANK")
+        .env_remove("WORLD_SIZE")
+        .env_remove("MASTER_ADDR")
+        .env_remove("MASTER_PORT")
+        .output()
+        .expect("run ainftp-perf")
+}
+
+/// The JSON rows of a successful run.
+fn rows(args: &[&str]) -> Vec<Value> {
+    let out = perf(args);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{args:?} failed: {stderr}\n{stdout}");
+    let rows: Vec<Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect();
+    assert!(!rows.is_empty(), "no rows: {stderr}");
+    rows
+}
+
+fn check_rows(rows: &[Value], max_err: f64, identical: bool) {
+    for r in rows {
+        assert_eq!(r["wrong"], 0, "{r}");
+        let err = r["max_rel_err"].as_f64().unwrap();
+        assert!(err <= max_err, "error {err} above {max_err}: {r}");
+        if identical {
+            assert_eq!(r["identical"], true, "ranks differ: {r}");
+        }
+    }
+}
+
+#[test]
+fn four_ranks_f32_all_reduce_is_exact_identical_and_aggregated() {
+    let rows = rows(&[
+        "allreduce",
+        "--local-ranks",
+        "4",
+        "-b",
+        "8",
+        "-e",
+        "4M",
+        "-f",
+        "8",
+        "-n",
+        "3",
+        "-w",
+        "1",
+        "--json",
+    ]);
+    assert_eq!(rows.len(), 7, "8 B .. 2 MiB by 8x");
+    assert!(rows.iter().all(|r| r["ranks"] == 4 && r["codec"] == "f32"));
+    check_rows(&rows, 1e-6, true);
+    // Both algorithms ran: recursive doubling small, ring large.
+    assert!(rows.iter().any(|r| r["algo"] == "rd"));
+    assert!(rows.iter().any(|r| r["algo"] == "ring"));
+    for r in rows
+        .iter()
+        .filter(|r| r["bytes"].as_u64().unwrap() >= 1 << 20)
+    {
+        let per_wake = r["rx_pkts_per_wakeup"].as_f64().unwrap();
+        assert!(
+            per_wake >= 32.0,
+            "only {per_wake} packets per caller wake-up: {r}"
+        );
+        let busbw = r["busbw_GBs"].as_f64().unwrap();
+        let algbw = r["algbw_GBs"].as_f64().unwrap();
+        assert!((busbw - algbw * 1.5).abs() < 1e-9 * busbw.max(1.0), "{r}");
+    }
+}
+
+#[test]
+fn four_ranks_i16_all_reduce_is_within_the_documented_bound() {
+    for algo in ["ring", "rd", "direct"] {
+        let rows = rows(&[
+            "allreduce",
+            "--local-ranks",
+            "4",
+            "-b",
+            "1K",
+            "-e",
+            "1M",
+            "-f",
+            "32",
+            "-n",
+            "2",
+            "-w",
+            "0",
+            "--codec",
+            "i16",
+            "--algo",
+            algo,
+            "--json",
+        ]);
+        // wrong == 0 means every element is within the crate's i16 bound.
+        check_rows(&rows, 0.05, true);
+        assert!(rows.iter().all(|r| r["algo"] == algo), "{rows:?}");
+        assert!(
+            rows.iter()
+                .any(|r| r["max_rel_err"].as_f64().unwrap() > 0.0),
+            "i16 should not be exact: {rows:?}"
+        );
+    }
+}
+
+#[test]
+fn other_collectives_match_their_references() {
+    for (mode, identical) in [
+        ("reduce-scatter", false),
+        ("allgather", true),
+        ("broadcast", true),
+    ] {
+        let rows = rows(&[
+            mode,
+            "--local-ranks",
+            "3",
+            "-b",
+            "4",
+            "-e",
+            "1M",
+            "-f",
+            "16",
+            "-n",
+            "2",
+            "-w",
+            "1",
+            "--json",
+        ]);
+        check_rows(&rows, 1e-6, identical);
+    }
+    let rows = rows(&[
+        "allreduce",
+        "--local-ranks",
+        "2",
+        "-b",
+        "64K",
+        "-e",
+        "256K",
+        "-f",
+        "4",
+        "--op",
+        "max",
+        "--conns-per-peer",
+        "3",
+        "--json",
+    ]);
+    check_rows(&rows, 1e-6, true);
+}
+
+#[test]
+fn dead_peer_is_a_clear_error_not_a_hang() {
+    let start = Instant::now();
+    let out = perf(&[
+        "allreduce",
+        "--local-ranks",
+        "3",
+        "-b",
+        "1M",
+        "-e",
+        "1M",
+        "--timeout",
+        "2",
+        "--fault-exit-rank",
+        "2",
+    ]);
+    let took = start.elapsed();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(took < Duration::from_secs(30), "took {took:?}: {stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    // The survivors name the dead rank.
+    let named = stderr
+        .lines()
+        .filter(|l| l.contains("rank 2") && l.contains("sent nothing"))
+        .count();
+    assert!(named >= 1, "{stderr}");
+}
+
+#[test]
+fn missing_environment_and_dpdk_transport_are_one_line_errors() {
+    let out = perf(&["allreduce"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.contains("WORLD_SIZE") && stderr.contains("torchrun"),
+        "{stderr}"
+    );
+
+    let out = Command::new(PERF)
+        .args(["allreduce"])
+        .env("RANK", "0")
+        .env("WORLD_SIZE", "two")
+        .env("MASTER_ADDR", "127.0.0.1")
+        .env("MASTER_PORT", "29500")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("WORLD_SIZE") && stderr.contains("\"two\""),
+        "{stderr}"
+    );
+
+    let out = perf(&["allreduce", "--local-ranks", "2", "--transport", "dpdk"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(stderr.contains("--transport udp"), "{stderr}");
+}
