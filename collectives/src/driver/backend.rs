@@ -1,5 +1,6 @@
 //! What the driver needs from a `PacketIo` beyond burst I/O: a way to
-//! sleep until traffic arrives (so idle ranks give the core back), and a
+//! sleep until traffic arrives (so idle ranks give the core back; on the
+//! DPDK stack, a short nap), and a
 //! counting wrapper that measures what goes over the wire.
 
 use std::net::{Ipv4Addr, SocketAddrV4};
@@ -10,6 +11,7 @@ use nix::poll::{PollFd, PollFlags};
 use nix::sys::time::TimeSpec;
 use stack::io::kernel::KernelUdp;
 use stack::io::{Datagram, PacketIo};
+use stack::runtime::InlineStack;
 
 use crate::error::{Error, Result};
 
@@ -38,6 +40,23 @@ impl Backend for KernelUdp {
 
     fn local_port(&self) -> u16 {
         self.local_addr().port()
+    }
+}
+
+/// Longest nap of an idle rank on the DPDK stack: a poll-mode queue has
+/// nothing to block on, so the loop naps and polls again. Short enough to
+/// add little latency, long enough that ranks sharing a core let each
+/// other run.
+const DPDK_NAP: Duration = Duration::from_micros(50);
+
+impl Backend for InlineStack {
+    fn wait(&mut self, _writable: bool, timeout: Duration) -> Result<()> {
+        std::thread::sleep(timeout.min(DPDK_NAP));
+        Ok(())
+    }
+
+    fn local_port(&self) -> u16 {
+        self.udp_port()
     }
 }
 

@@ -106,7 +106,8 @@ impl Communicator<KernelUdp> {
     /// `0.0.0.0:0`), swaps addresses through rank 0's TCP rendezvous, then
     /// connects.
     pub fn from_env(config: DriverConfig) -> Result<Self> {
-        let env = RankEnv::from_env()?;
+        // A bad environment fails before anything is bound.
+        RankEnv::from_env()?;
         let bind = match std::env::var("AINFTP_BIND") {
             Ok(v) => v.parse().map_err(|_| Error::Env {
                 var: "AINFTP_BIND",
@@ -115,8 +116,8 @@ impl Communicator<KernelUdp> {
             Err(_) => rendezvous::wildcard(0),
         };
         let io = bind_udp(bind, &config)?;
-        let peers = rendezvous::exchange(&env, io.local_addr(), config.connect_timeout)?;
-        Communicator::with_backend(env.rank, env.world, io, peers, config)
+        let advertise = io.local_addr();
+        Communicator::from_env_with(io, advertise, config)
     }
 }
 
@@ -125,6 +126,16 @@ fn bind_udp(addr: SocketAddrV4, config: &DriverConfig) -> Result<KernelUdp> {
 }
 
 impl<B: Backend> Communicator<B> {
+    /// The torchrun way over an already open backend: `RANK`,
+    /// `WORLD_SIZE`, `MASTER_ADDR`, `MASTER_PORT` from the environment;
+    /// `advertise` (where the others reach `io`) is swapped through rank
+    /// 0's TCP rendezvous, then the mesh connects.
+    pub fn from_env_with(io: B, advertise: SocketAddrV4, config: DriverConfig) -> Result<Self> {
+        let env = RankEnv::from_env()?;
+        let peers = rendezvous::exchange(&env, advertise, config.connect_timeout)?;
+        Communicator::with_backend(env.rank, env.world, io, peers, config)
+    }
+
     /// Connects over an already open backend (`peers[rank]` is this rank's
     /// own address, as the others see it).
     pub fn with_backend(

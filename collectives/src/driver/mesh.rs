@@ -87,6 +87,8 @@ pub struct Mesh<B: Backend> {
     last_heard: Vec<Instant>,
     /// Bytes queued in link queues, not yet accepted by QUIC.
     pending: usize,
+    /// Rounds run (`turn` calls), for occasional backend upkeep.
+    rounds: u64,
     closing: bool,
     counters: MeshCounters,
 }
@@ -145,6 +147,7 @@ impl<B: Backend> Mesh<B> {
             peers,
             last_heard: vec![Instant::now(); world],
             pending: 0,
+            rounds: 0,
             closing: false,
             counters: MeshCounters::default(),
         };
@@ -290,6 +293,12 @@ impl<B: Backend> Mesh<B> {
         self.ep.send(&mut self.io, &mut self.tx, now);
         if !self.tx.is_empty() {
             work += self.io.send_burst(&mut self.tx);
+        }
+        // The backend's own timers (ARP on the DPDK stack) need not run
+        // every round.
+        self.rounds = self.rounds.wrapping_add(1);
+        if work == 0 || self.rounds.is_multiple_of(64) {
+            self.io.poll(now);
         }
         for l in &self.links {
             if let Some(r) = l.rank {

@@ -5,6 +5,7 @@
 
 pub mod app;
 pub mod idle;
+pub mod inline;
 pub mod services;
 
 use std::net::Ipv4Addr;
@@ -24,6 +25,7 @@ use crate::wire::EthernetAddress;
 
 pub use app::{LcoreApp, ServicesApp};
 pub use idle::{Backoff, IdlePolicy};
+pub use inline::InlineStack;
 pub use services::{Echo, Services, UdpHandler};
 
 #[derive(Debug, thiserror::Error)]
@@ -338,6 +340,26 @@ impl Runtime {
     /// Live counters of each lcore, readable while `run` runs.
     pub fn counters(&self) -> Vec<Arc<SharedCounters>> {
         self.workers.iter().map(|w| w.counters.clone()).collect()
+    }
+
+    /// The stack of a one-lcore runtime, to be driven from the caller's
+    /// own loop (see [`InlineStack`]), receiving on `udp_port`.
+    pub fn into_inline(self, udp_port: u16) -> Result<InlineStack> {
+        let Runtime {
+            port,
+            pool,
+            eal,
+            mut workers,
+            ..
+        } = self;
+        if workers.len() != 1 {
+            return Err(Error::Config(format!(
+                "an inline stack runs on one lcore, not {}",
+                workers.len()
+            )));
+        }
+        let w = workers.pop().expect("one worker");
+        Ok(InlineStack::new(w.io, udp_port, port, pool, eal))
     }
 
     /// Run every lcore's loop until `stop` is set, then drain, close the

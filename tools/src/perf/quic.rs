@@ -65,7 +65,7 @@ fn runtime_err(e: stack::runtime::Error) -> Error {
 }
 
 /// Our DPDK stack on one lcore: `--vdev`/`--pci` and `--ip A/N`.
-fn dpdk_runtime(args: &PerfArgs) -> Result<(dpdk_ffi::Eal, Runtime)> {
+pub(crate) fn dpdk_runtime(args: &PerfArgs) -> Result<(dpdk_ffi::Eal, Runtime)> {
     let device = match (args.pci.first(), args.vdev.first()) {
         (Some(p), None) => p.clone(),
         (None, Some(v)) => v.clone(),

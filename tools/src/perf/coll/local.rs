@@ -10,10 +10,15 @@ use crate::error::{Error, Result};
 /// Set in the children so they run as ranks instead of spawning.
 pub const CHILD_VAR: &str = "AINFTP_PERF_LOCAL_CHILD";
 
-/// Starts the ranks and waits for all of them. Once one fails, the
-/// others get `grace` to fail on their own (they report the cause) before
-/// they are killed.
-pub fn spawn_ranks(n: usize, grace: Duration) -> Result<()> {
+/// Whether this process is one of the ranks `spawn_ranks` started.
+pub fn is_child() -> bool {
+    std::env::var_os(CHILD_VAR).is_some()
+}
+
+/// Starts the ranks (rank r with `rank_args(r)` before our own arguments)
+/// and waits for all of them. Once one fails, the others get `grace` to
+/// fail on their own (they report the cause) before they are killed.
+pub fn spawn_ranks(n: usize, grace: Duration, rank_args: impl Fn(usize) -> Vec<String>) -> Result<()> {
     let port = TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map_err(|e| Error::Io("picking a rendezvous port".into(), e))?
@@ -23,6 +28,7 @@ pub fn spawn_ranks(n: usize, grace: Duration) -> Result<()> {
     let mut children: Vec<(usize, Child)> = Vec::with_capacity(n);
     for r in 0..n {
         let child = Command::new(&exe)
+            .args(rank_args(r))
             .args(&args)
             .env("RANK", r.to_string())
             .env("WORLD_SIZE", n.to_string())

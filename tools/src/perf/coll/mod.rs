@@ -4,10 +4,13 @@
 
 pub mod check;
 pub mod local;
+pub mod vnet;
 
+use std::net::SocketAddrV4;
 use std::time::{Duration, Instant};
 
-use collectives::driver::{Communicator, DriverConfig, DriverCounters};
+use collectives::driver::{Backend, Communicator, DriverConfig, DriverCounters};
+use stack::io::PacketIo;
 use collectives::{Algo, Codec, Collective, Config, Op, ReduceOp, Rounding};
 use serde::Serialize;
 use stack::io::kernel::KernelUdpConfig;
@@ -50,19 +53,58 @@ pub struct Row {
 pub fn run(args: &PerfArgs) -> Result<()> {
     validate(args)?;
     if let Some(n) = args.local_ranks {
-        if std::env::var_os(local::CHILD_VAR).is_none() {
-            let grace = Duration::from_secs_f64(args.timeout) + Duration::from_secs(10);
-            return local::spawn_ranks(n as usize, grace);
+        if !local::is_child() {
+            return spawn_local(args, n as usize);
         }
     }
-    let mut comm = Communicator::from_env(driver_config(args))?;
+    let config = driver_config(args);
+    match args.transport {
+        Transport::Udp => run_rank(Communicator::from_env(config)?, args),
+        Transport::Dpdk => {
+            let stack = open_dpdk_stack(args)?;
+            let advertise = SocketAddrV4::new(stack.local_ip(), stack.udp_port());
+            run_rank(Communicator::from_env_with(stack, advertise, config)?, args)
+        }
+    }
+}
+
+fn spawn_local(args: &PerfArgs, n: usize) -> Result<()> {
+    let grace = Duration::from_secs_f64(args.timeout) + Duration::from_secs(10);
+    match args.transport {
+        Transport::Udp => local::spawn_ranks(n, grace, |_| Vec::new()),
+        Transport::Dpdk => {
+            let net = vnet::VirtualNet::create(n)?;
+            let cpus = crate::cpulist::online_cpus()?;
+            local::spawn_ranks(n, grace, |r| net.rank_args(r, cpus[r % cpus.len()]))
+        }
+    }
+}
+
+/// UDP port of a rank on our stack, unless `AINFTP_BIND` names one.
+const DPDK_RANK_PORT: u16 = 29_600;
+
+/// This rank's stack: the port of `--vdev`/`--pci` with `--ip`, driven
+/// from the communicator's calls.
+fn open_dpdk_stack(args: &PerfArgs) -> Result<stack::runtime::InlineStack> {
+    let port = match std::env::var("AINFTP_BIND") {
+        Ok(v) => v
+            .parse::<SocketAddrV4>()
+            .map_err(|_| Error::Usage(format!("AINFTP_BIND={v:?} is not an IPv4 address:port")))?
+            .port(),
+        Err(_) => DPDK_RANK_PORT,
+    };
+    let (_eal, rt) = crate::perf::quic::dpdk_runtime(args)?;
+    rt.into_inline(port).map_err(|e| Error::Usage(e.to_string()))
+}
+
+fn run_rank<B: Backend>(mut comm: Communicator<B>, args: &PerfArgs) -> Result<()> {
     let (rank, world) = (comm.rank(), comm.world());
     if args.fault_exit_rank == Some(rank) {
         eprintln!("ainftp-perf: rank {rank} exits on purpose (--fault-exit-rank)");
         std::process::exit(70);
     }
     if rank == 0 && !args.json {
-        print_header(args, world);
+        print_header(args, world, comm.peers()[0]);
     }
     let mut bytes = args.minbytes;
     while bytes <= args.maxbytes {
@@ -84,10 +126,18 @@ pub fn run(args: &PerfArgs) -> Result<()> {
 }
 
 fn validate(args: &PerfArgs) -> Result<()> {
-    if args.transport == Transport::Dpdk {
-        return Err(Error::Usage(
-            "--transport dpdk is not wired to the collectives yet; use --transport udp".into(),
-        ));
+    if args.transport == Transport::Dpdk && args.local_ranks.is_some() && !local::is_child() {
+        let given = [
+            (!args.vdev.is_empty(), "--vdev"),
+            (!args.pci.is_empty(), "--pci"),
+            (args.ip.is_some(), "--ip"),
+            (args.lcores.is_some(), "--lcores"),
+        ];
+        if let Some((_, flag)) = given.iter().find(|(set, _)| *set) {
+            return Err(Error::Usage(format!(
+                "{flag} is chosen per rank with --local-ranks --transport dpdk (each rank gets af_xdp on its own veth)"
+            )));
+        }
     }
     if args.minbytes > args.maxbytes {
         return Err(Error::Usage(format!(
@@ -164,7 +214,7 @@ fn bus_factor(mode: Mode, world: usize) -> f64 {
     }
 }
 
-fn measure(comm: &mut Communicator, args: &PerfArgs, bytes: u64) -> Result<Row> {
+fn measure<B: Backend>(comm: &mut Communicator<B>, args: &PerfArgs, bytes: u64) -> Result<Row> {
     let (rank, world) = (comm.rank(), comm.world());
     let count = (bytes / 4) as usize;
     let coll = collective(args);
@@ -229,7 +279,7 @@ fn measure(comm: &mut Communicator, args: &PerfArgs, bytes: u64) -> Result<Row> 
     })
 }
 
-fn algo_name(comm: &Communicator, op: Op, count: usize) -> Result<&'static str> {
+fn algo_name<B: Backend>(comm: &Communicator<B>, op: Op, count: usize) -> Result<&'static str> {
     Ok(match comm.algo_for(op, count)? {
         collectives::AlgoId::Ring => "ring",
         collectives::AlgoId::Direct => "direct",
@@ -240,7 +290,7 @@ fn algo_name(comm: &Communicator, op: Op, count: usize) -> Result<&'static str> 
 /// Whether every rank's hash equals ours. Each of the 64 bits and its
 /// complement go through one all-reduce(max): a bit differs somewhere iff
 /// both it and its complement reach 1. (0/1 values survive the i16 codec.)
-fn all_identical(comm: &mut Communicator, hash: u64) -> Result<bool> {
+fn all_identical<B: Backend>(comm: &mut Communicator<B>, hash: u64) -> Result<bool> {
     let mut bits = vec![0f32; 128];
     for k in 0..64 {
         let b = ((hash >> k) & 1) as f32;
@@ -251,11 +301,14 @@ fn all_identical(comm: &mut Communicator, hash: u64) -> Result<bool> {
     Ok((0..64).all(|k| !(bits[k] > 0.5 && bits[64 + k] > 0.5)))
 }
 
-fn print_header(args: &PerfArgs, world: usize) {
+fn print_header(args: &PerfArgs, world: usize, me: SocketAddrV4) {
+    let transport = match args.transport {
+        Transport::Udp => format!("kernel UDP (payload {} B)", args.udp_payload),
+        Transport::Dpdk => format!("our DPDK stack ({me})"),
+    };
     println!(
-        "# ainftp-perf {}: {world} ranks, QUIC over kernel UDP (payload {} B, {} conn/peer), {} warmup + {} timed iterations",
+        "# ainftp-perf {}: {world} ranks, QUIC over {transport}, {} conn/peer, {} warmup + {} timed iterations",
         args.mode.name(),
-        args.udp_payload,
         args.conns_per_peer,
         args.warmup_iters,
         args.iters

@@ -1,0 +1,98 @@
+//! The virtual network of `--local-ranks N --transport dpdk`: a Linux
+//! bridge with one veth pair per rank; each rank runs our stack on
+//! net_af_xdp over its end, the other end is a bridge port. Ranks stay in
+//! this network namespace (their rendezvous is TCP on 127.0.0.1); their
+//! QUIC traffic goes DPDK -> veth -> bridge -> veth -> DPDK. Removed on
+//! drop, also when a rank fails.
+
+use std::net::Ipv4Addr;
+use std::process::Command;
+
+use crate::error::{Error, Result};
+
+/// Rank `i` gets 10.98.0.(i+1)/24 on its DPDK port.
+const SUBNET: [u8; 3] = [10, 98, 0];
+
+pub struct VirtualNet {
+    bridge: String,
+    ranks: Vec<String>,
+}
+
+impl VirtualNet {
+    /// Creates the bridge and `n` veth pairs (names carry our pid, so
+    /// concurrent runs do not collide). Needs root.
+    pub fn create(n: usize) -> Result<VirtualNet> {
+        if n > 253 {
+            return Err(Error::Usage(format!("--transport dpdk: at most 253 local ranks, not {n}")));
+        }
+        let pid = std::process::id();
+        let mut net = VirtualNet {
+            bridge: format!("ac{pid}br"),
+            ranks: Vec::new(),
+        };
+        ip(&["link", "add", &net.bridge, "type", "bridge"])?;
+        quiet_ipv6(&net.bridge);
+        ip(&["link", "set", &net.bridge, "up"])?;
+        for i in 0..n {
+            let dev = format!("ac{pid}r{i}");
+            let port = format!("{dev}p");
+            ip(&["link", "add", &dev, "type", "veth", "peer", "name", &port])?;
+            net.ranks.push(dev.clone());
+            for d in [&dev, &port] {
+                quiet_ipv6(d);
+            }
+            ip(&["link", "set", &port, "master", &net.bridge])?;
+            ip(&["link", "set", &port, "up"])?;
+            ip(&["link", "set", &dev, "up"])?;
+        }
+        Ok(net)
+    }
+
+    /// The per-rank flags: its port, address and lcore.
+    pub fn rank_args(&self, rank: usize, lcore: u32) -> Vec<String> {
+        vec![
+            "--vdev".into(),
+            format!("net_af_xdp{rank},iface={}", self.ranks[rank]),
+            "--ip".into(),
+            format!("{}/24", Self::address(rank)),
+            "--lcores".into(),
+            lcore.to_string(),
+        ]
+    }
+
+    pub fn address(rank: usize) -> Ipv4Addr {
+        Ipv4Addr::new(SUBNET[0], SUBNET[1], SUBNET[2], rank as u8 + 1)
+    }
+}
+
+impl Drop for VirtualNet {
+    fn drop(&mut self) {
+        // Deleting one end of a veth pair deletes both.
+        for dev in &self.ranks {
+            let _ = ip(&["link", "del", dev]);
+        }
+        let _ = ip(&["link", "del", &self.bridge]);
+    }
+}
+
+fn ip(args: &[&str]) -> Result<()> {
+    let out = Command::new("ip")
+        .args(args)
+        .output()
+        .map_err(|e| Error::Io("running ip(8) (is iproute2 installed?)".into(), e))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(Error::Usage(format!(
+            "ip {}: {} (--transport dpdk with --local-ranks needs root)",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        )))
+    }
+}
+
+/// No IPv6 on the virtual links: the kernel's router solicitations and
+/// neighbour discovery would only be noise in the ranks' drop counters.
+fn quiet_ipv6(dev: &str) {
+    let _ = std::fs::write(format!("/proc/sys/net/ipv6/conf/{dev}/disable_ipv6"), "1");
+}
