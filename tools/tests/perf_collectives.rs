@@ -192,7 +192,7 @@ fn dead_peer_is_a_clear_error_not_a_hang() {
 }
 
 #[test]
-fn missing_environment_and_dpdk_transport_are_one_line_errors() {
+fn missing_environment_and_bad_dpdk_flags_are_one_line_errors() {
     let out = perf(&["allreduce"]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
@@ -216,8 +216,35 @@ fn missing_environment_and_dpdk_transport_are_one_line_errors() {
         "{stderr}"
     );
 
-    let out = perf(&["allreduce", "--local-ranks", "2", "--transport", "dpdk"]);
+    // Local DPDK ranks get their ports from us; a port of the user's is
+    // refused before anything is created.
+    let out = perf(&[
+        "allreduce",
+        "--local-ranks",
+        "2",
+        "--transport",
+        "dpdk",
+        "--vdev",
+        "net_null0",
+    ]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
-    assert!(stderr.contains("--transport udp"), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("--vdev is chosen per rank"), "{stderr}");
+
+    // One rank on DPDK needs a port.
+    let out = Command::new(PERF)
+        .args(["allreduce", "--transport", "dpdk"])
+        .env("RANK", "0")
+        .env("WORLD_SIZE", "1")
+        .env("MASTER_ADDR", "127.0.0.1")
+        .env("MASTER_PORT", "29500")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("--transport dpdk needs one port"),
+        "{stderr}"
+    );
 }

@@ -3,6 +3,7 @@
 
 use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
@@ -18,7 +19,11 @@ pub fn is_child() -> bool {
 /// Starts the ranks (rank r with `rank_args(r)` before our own arguments)
 /// and waits for all of them. Once one fails, the others get `grace` to
 /// fail on their own (they report the cause) before they are killed.
-pub fn spawn_ranks(n: usize, grace: Duration, rank_args: impl Fn(usize) -> Vec<String>) -> Result<()> {
+pub fn spawn_ranks(
+    n: usize,
+    grace: Duration,
+    rank_args: impl Fn(usize) -> Vec<String>,
+) -> Result<()> {
     let port = TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map_err(|e| Error::Io("picking a rendezvous port".into(), e))?
@@ -45,9 +50,19 @@ pub fn spawn_ranks(n: usize, grace: Duration, rank_args: impl Fn(usize) -> Vec<S
             .map_err(|e| Error::Io(format!("starting rank {r}"), e))?;
         children.push((r, child));
     }
+    // A signal stops the ranks and returns, so the caller's cleanup (the
+    // virtual network of --transport dpdk) still runs.
+    let interrupted = crate::perf::udp::stop_flag(0.0)?;
     let mut failures = Vec::new();
     let mut kill_at: Option<Instant> = None;
     while !children.is_empty() {
+        if interrupted.load(Ordering::Relaxed) {
+            for (_, c) in &mut children {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+            return Err(Error::Usage("interrupted; ranks stopped".into()));
+        }
         let mut i = 0;
         while i < children.len() {
             match children[i].1.try_wait() {

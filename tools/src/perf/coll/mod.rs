@@ -10,10 +10,10 @@ use std::net::SocketAddrV4;
 use std::time::{Duration, Instant};
 
 use collectives::driver::{Backend, Communicator, DriverConfig, DriverCounters};
-use stack::io::PacketIo;
 use collectives::{Algo, Codec, Collective, Config, Op, ReduceOp, Rounding};
 use serde::Serialize;
 use stack::io::kernel::KernelUdpConfig;
+use stack::io::PacketIo;
 use stack::quic::QuicConfig;
 
 use crate::error::{Error, Result};
@@ -94,7 +94,8 @@ fn open_dpdk_stack(args: &PerfArgs) -> Result<stack::runtime::InlineStack> {
         Err(_) => DPDK_RANK_PORT,
     };
     let (_eal, rt) = crate::perf::quic::dpdk_runtime(args)?;
-    rt.into_inline(port).map_err(|e| Error::Usage(e.to_string()))
+    rt.into_inline(port)
+        .map_err(|e| Error::Usage(e.to_string()))
 }
 
 fn run_rank<B: Backend>(mut comm: Communicator<B>, args: &PerfArgs) -> Result<()> {

@@ -23,7 +23,9 @@ impl VirtualNet {
     /// concurrent runs do not collide). Needs root.
     pub fn create(n: usize) -> Result<VirtualNet> {
         if n > 253 {
-            return Err(Error::Usage(format!("--transport dpdk: at most 253 local ranks, not {n}")));
+            return Err(Error::Usage(format!(
+                "--transport dpdk: at most 253 local ranks, not {n}"
+            )));
         }
         let pid = std::process::id();
         let mut net = VirtualNet {

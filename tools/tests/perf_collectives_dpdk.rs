@@ -1,0 +1,187 @@
+//! ainftp-perf's collectives over our DPDK stack: `--local-ranks N
+//! --transport dpdk` builds a bridge with a veth per rank, each rank runs
+//! the stack on net_af_xdp over its veth. Reference results, bit-identical
+//! ranks, data-plane aggregation, a dead peer, and the virtual network
+//! removed afterwards. Needs root (CI is root).
+
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+const PERF: &str = env!("CARGO_BIN_EXE_ainftp-perf");
+
+/// Runs ainftp-perf; also returns its pid (the virtual network's names
+/// carry it).
+fn perf(args: &[&str]) -> (Output, u32) {
+    let child = Command::new(PERF)
+        .args(args)
+        .env_remove("RANK")
+        .env_remove("WORLD_SIZE")
+        .env_remove("MASTER_ADDR")
+        .env_remove("MASTER_PORT")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run ainftp-perf");
+    let pid = child.id();
+    (child.wait_with_output().expect("wait for ainftp-perf"), pid)
+}
+
+/// Links whose names our run `pid` would have given (`ac<pid>...`).
+fn links_left(pid: u32) -> Vec<String> {
+    let out = Command::new("ip").args(["-br", "link"]).output().unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split([' ', '@']).next())
+        .filter(|n| n.starts_with(&format!("ac{pid}")))
+        .map(str::to_string)
+        .collect()
+}
+
+fn json_rows(out: &Output) -> Vec<Value> {
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "failed: {stderr}\n{stdout}");
+    let rows: Vec<Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect();
+    assert!(!rows.is_empty(), "no rows: {stderr}");
+    rows
+}
+
+#[test]
+fn four_dpdk_ranks_all_reduce_exact_identical_and_aggregated() {
+    let (out, pid) = perf(&[
+        "allreduce",
+        "--local-ranks",
+        "4",
+        "--transport",
+        "dpdk",
+        "-b",
+        "8",
+        "-e",
+        "4M",
+        "-f",
+        "8",
+        "-n",
+        "3",
+        "-w",
+        "1",
+        "--json",
+    ]);
+    let rows = json_rows(&out);
+    assert_eq!(rows.len(), 7, "8 B .. 2 MiB by 8x: {rows:?}");
+    for r in &rows {
+        assert_eq!(r["ranks"], 4, "{r}");
+        assert_eq!(r["wrong"], 0, "{r}");
+        assert!(r["max_rel_err"].as_f64().unwrap() <= 1e-6, "{r}");
+        assert_eq!(r["identical"], true, "{r}");
+    }
+    assert!(rows.iter().any(|r| r["algo"] == "rd"));
+    assert!(rows.iter().any(|r| r["algo"] == "ring"));
+    for r in rows
+        .iter()
+        .filter(|r| r["bytes"].as_u64().unwrap() >= 1 << 20)
+    {
+        let per_wake = r["rx_pkts_per_wakeup"].as_f64().unwrap();
+        assert!(per_wake >= 32.0, "only {per_wake} packets per wake-up: {r}");
+    }
+    assert_eq!(
+        links_left(pid),
+        Vec::<String>::new(),
+        "virtual network left behind"
+    );
+}
+
+#[test]
+fn four_dpdk_ranks_i16_and_other_collectives_match_references() {
+    let (out, _) = perf(&[
+        "allreduce",
+        "--local-ranks",
+        "4",
+        "--transport",
+        "dpdk",
+        "-b",
+        "1K",
+        "-e",
+        "1M",
+        "-f",
+        "32",
+        "-n",
+        "2",
+        "-w",
+        "0",
+        "--codec",
+        "i16",
+        "--json",
+    ]);
+    let rows = json_rows(&out);
+    for r in &rows {
+        // wrong == 0: every element within the crate's documented i16 bound.
+        assert_eq!(r["wrong"], 0, "{r}");
+        assert_eq!(r["identical"], true, "{r}");
+        assert_eq!(r["codec"], "i16", "{r}");
+    }
+    for mode in ["reduce-scatter", "allgather", "broadcast"] {
+        let (out, _) = perf(&[
+            mode,
+            "--local-ranks",
+            "3",
+            "--transport",
+            "dpdk",
+            "-b",
+            "4K",
+            "-e",
+            "256K",
+            "-f",
+            "64",
+            "-n",
+            "2",
+            "-w",
+            "0",
+            "--json",
+        ]);
+        for r in json_rows(&out) {
+            assert_eq!(r["mode"], mode, "{r}");
+            assert_eq!(r["wrong"], 0, "{r}");
+        }
+    }
+}
+
+#[test]
+fn dead_dpdk_rank_is_a_clear_error_and_the_network_is_removed() {
+    let start = Instant::now();
+    let (out, pid) = perf(&[
+        "allreduce",
+        "--local-ranks",
+        "3",
+        "--transport",
+        "dpdk",
+        "-b",
+        "1M",
+        "-e",
+        "1M",
+        "--timeout",
+        "2",
+        "--fault-exit-rank",
+        "2",
+    ]);
+    let took = start.elapsed();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(took < Duration::from_secs(40), "took {took:?}: {stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert!(
+        stderr
+            .lines()
+            .any(|l| l.contains("rank 2") && l.contains("sent nothing")),
+        "{stderr}"
+    );
+    assert_eq!(
+        links_left(pid),
+        Vec::<String>::new(),
+        "virtual network left behind"
+    );
+}
