@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# ainftp-perf allreduce (QUIC over kernel UDP) against torch.distributed
-# Gloo (TCP) on this host: same ranks, same sizes, same inputs and timing,
-# runs alternating, medians printed with the ratio.
+# ainftp-perf allreduce (QUIC over kernel UDP, and over our DPDK stack on
+# af_xdp veths) against torch.distributed Gloo (TCP) on this host: same
+# ranks, same sizes, same inputs and timing, runs alternating, medians
+# printed with the ratio (Gloo time / ainftp time: >1 means ainftp is faster).
 #   RUNS=3 RANKS="2 4" MINBYTES=4 MAXBYTES=64M FACTOR=4 ITERS=10 WARMUP=3
-#   CODECS="f32 i16" PAYLOAD=1472 ./scripts/bench-allreduce.sh
+#   CODECS="f32 i16" TRANSPORTS="udp dpdk" PAYLOAD=1472 ./scripts/bench-allreduce.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -15,6 +16,7 @@ FACTOR=${FACTOR:-4}
 ITERS=${ITERS:-10}
 WARMUP=${WARMUP:-3}
 CODECS=${CODECS:-"f32 i16"}
+TRANSPORTS=${TRANSPORTS:-"udp dpdk"}
 PAYLOAD=${PAYLOAD:-1472}
 PY=/usr/bin/python3   # Debian's python3-torch (scripts/setup-host.sh)
 
@@ -30,10 +32,14 @@ flags=(-b "$MINBYTES" -e "$MAXBYTES" -f "$FACTOR" -n "$ITERS" -w "$WARMUP")
 echo "# host: $(nproc) cores, $(uname -r); torch $("$PY" -c 'import torch; print(torch.__version__)'); results in $OUT" >&2
 for ranks in $RANKS; do
     for run in $(seq "$RUNS"); do
-        for codec in $CODECS; do
-            echo "# ranks=$ranks run=$run ainftp codec=$codec" >&2
-            "$PERF" allreduce --local-ranks "$ranks" --transport udp --codec "$codec" \
-                --udp-payload "$PAYLOAD" "${flags[@]}" --json > "$OUT/ainftp-$ranks-$codec-$run.jsonl"
+        for transport in $TRANSPORTS; do
+            for codec in $CODECS; do
+                echo "# ranks=$ranks run=$run ainftp transport=$transport codec=$codec" >&2
+                # libbpf's notes on stderr (af_xdp) go to a log.
+                "$PERF" allreduce --local-ranks "$ranks" --transport "$transport" --codec "$codec" \
+                    --udp-payload "$PAYLOAD" "${flags[@]}" --json \
+                    > "$OUT/ainftp_$transport-$ranks-$codec-$run.jsonl" 2>>"$OUT/stderr.log"
+            done
         done
         echo "# ranks=$ranks run=$run gloo" >&2
         "$PY" scripts/gloo_allreduce.py --local-ranks "$ranks" "${flags[@]}" --json \
@@ -46,36 +52,29 @@ import glob, json, os, statistics, sys
 out = sys.argv[1]
 runs = {}
 for path in glob.glob(os.path.join(out, "*.jsonl")):
-    name = os.path.basename(path)[:-len(".jsonl")]
-    parts = name.split("-")
-    tool, ranks = parts[0], int(parts[1])
-    codec = parts[2] if tool == "ainftp" else "f32"
+    tool, ranks, *rest = os.path.basename(path)[:-len(".jsonl")].split("-")
+    variant = "gloo" if tool == "gloo" else tool.split("_")[1] + " " + rest[0]
     for line in open(path):
         r = json.loads(line)
-        runs.setdefault((tool, ranks, codec, r["bytes"]), []).append(r)
+        runs.setdefault((variant, int(ranks), r["bytes"]), []).append(r)
 
 def med(rows, key):
     return statistics.median(r[key] for r in rows)
 
-codecs = sorted({k[2] for k in runs if k[0] == "ainftp"})
-print("| ranks | bytes | gloo time_us | gloo busbw GB/s | " + " | ".join(
-    f"ainftp {c} time_us | ainftp {c} busbw GB/s | {c} speed-up" for c in codecs) + " | wrong |")
-print("|" + "---|" * (5 + 3 * len(codecs)))
+variants = sorted({k[0] for k in runs if k[0] != "gloo"})
+print("| ranks | bytes | ainftp | time_us | busbw GB/s | gloo time_us | gloo busbw GB/s | speed-up | wrong |")
+print("|---|---|---|---|---|---|---|---|---|")
 for ranks in sorted({k[1] for k in runs}):
-    for size in sorted({k[3] for k in runs if k[1] == ranks}):
-        g = runs.get(("gloo", ranks, "f32", size))
+    for size in sorted({k[2] for k in runs if k[1] == ranks}):
+        g = runs.get(("gloo", ranks, size))
         if not g:
             continue
-        cells = [str(ranks), str(size), f"{med(g, 'time_us'):.1f}", f"{med(g, 'busbw_GBs'):.4f}"]
-        wrong = sum(r["wrong"] for r in g)
-        for c in codecs:
-            a = runs.get(("ainftp", ranks, c, size))
+        for v in variants:
+            a = runs.get((v, ranks, size))
             if not a:
-                cells += ["-", "-", "-"]
                 continue
-            wrong += sum(r["wrong"] for r in a)
-            # Speed-up = Gloo time / ainftp time (>1: ainftp faster).
-            cells += [f"{med(a, 'time_us'):.1f}", f"{med(a, 'busbw_GBs'):.4f}",
-                      f"{med(g, 'time_us') / med(a, 'time_us'):.2f}x"]
-        print("| " + " | ".join(cells) + f" | {wrong} |")
+            wrong = sum(r["wrong"] for r in a + g)
+            print(f"| {ranks} | {size} | {v} | {med(a, 'time_us'):.1f} | {med(a, 'busbw_GBs'):.4f} | "
+                  f"{med(g, 'time_us'):.1f} | {med(g, 'busbw_GBs'):.4f} | "
+                  f"{med(g, 'time_us') / med(a, 'time_us'):.2f}x | {wrong} |")
 PY

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# ainftp demo: set up the host, build, and forward packets with ainftp-perf
-# on DPDK virtual devices: a net_null pair (the pure packet-path cost) and
-# two af_xdp ports on a kernel veth pair. Run as root.
+# ainftp demo: set up the host, build, forward packets with ainftp-perf on
+# DPDK virtual devices (a net_null pair: the pure packet-path cost; two
+# af_xdp ports on a kernel veth pair), then a 4-rank allreduce over QUIC on
+# our DPDK stack (af_xdp on a veth per rank, a bridge between them) next to
+# torch.distributed Gloo on the same host. Run as root.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -31,4 +33,20 @@ $perf io --vdev net_af_xdp0,iface=demo-a --vdev net_af_xdp1,iface=demo-b --lcore
 rm -f "$log"
 
 echo
+echo "== ainftp-perf allreduce: 4 ranks, QUIC over our DPDK stack on af_xdp veths (a bridge between them)"
+sizes=(-b 8 -e 16M -f 8 -n 5 -w 2)
+log=$(mktemp)
+$perf allreduce --local-ranks 4 --transport dpdk "${sizes[@]}" 2>"$log" || { cat "$log"; exit 1; }
+rm -f "$log"
+
+echo
+if /usr/bin/python3 -c 'import torch.distributed as d; assert d.is_gloo_available()' 2>/dev/null; then
+    echo "== the same allreduce with torch.distributed Gloo (kernel TCP), 4 ranks"
+    /usr/bin/python3 scripts/gloo_allreduce.py --local-ranks 4 "${sizes[@]}"
+else
+    echo "== Gloo comparison skipped: python3-torch is missing (scripts/setup-host.sh installs it)"
+fi
+
+echo
+echo "Medians over several runs, both transports and codecs: ./scripts/bench-allreduce.sh"
 echo "Compare with DPDK's own testpmd: ./scripts/bench-io.sh"

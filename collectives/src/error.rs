@@ -66,6 +66,8 @@ pub enum Error {
     },
     #[error("transport: {0}")]
     Transport(String),
+    #[error("device copy: {0}")]
+    Device(String),
     #[error("rank {rank} ({addr}) sent nothing for {waited_ms} ms during collective {seq}: the peer is dead, hung, or not calling the communicator; raise DriverConfig::timeout if it is only slow")]
     PeerTimeout {
         rank: usize,

@@ -28,6 +28,7 @@
 //! ```
 
 mod arena;
+pub mod bench;
 mod codec;
 mod dpdk;
 mod error;

@@ -221,3 +221,36 @@ fn codec_rounds_ties_to_even_on_the_gpu() {
     );
     assert_eq!(s.clone_dtoh(&sd).unwrap(), vec![1.0]);
 }
+
+#[test]
+#[ignore = "needs an NVIDIA GPU: run with --run-ignored"]
+fn bandwidth_and_codec_measurements_are_positive_and_complete() {
+    let gpu = gpu();
+    common::ensure_hugepages(64);
+    let rates = gpudirect::bench::copy_rates(&gpu, 64 << 20, 5).unwrap();
+    let mut seen: Vec<(&str, &str)> = rates.iter().map(|r| (r.source, r.direction)).collect();
+    seen.sort();
+    assert_eq!(
+        seen,
+        [
+            ("arena", "d2h"),
+            ("arena", "h2d"),
+            ("pageable", "d2h"),
+            ("pageable", "h2d"),
+            ("pinned", "d2h"),
+            ("pinned", "h2d")
+        ]
+    );
+    for r in &rates {
+        assert!(r.gb_per_s.is_finite() && r.gb_per_s > 0.1, "{r:?}");
+    }
+    let c = gpudirect::bench::codec_rate(&gpu, 16 << 20, 5).unwrap();
+    for v in [
+        c.quantize_gb_per_s,
+        c.accumulate_gb_per_s,
+        c.quantize_accumulate_gb_per_s,
+        c.d2d_copy_gb_per_s,
+    ] {
+        assert!(v.is_finite() && v > 1.0, "{c:?}");
+    }
+}

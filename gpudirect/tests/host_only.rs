@@ -34,6 +34,15 @@ fn probe_without_a_driver_is_host_only_and_says_so_once() {
 }
 
 #[test]
+fn gpu_measurements_refuse_host_only() {
+    let gpu = Gpu::host_only();
+    let err = gpudirect::bench::copy_rates(&gpu, 4096, 2).unwrap_err();
+    assert!(matches!(err, Error::NoGpu(_)), "{err:?}");
+    let err = gpudirect::bench::codec_rate(&gpu, 4096, 2).unwrap_err();
+    assert!(matches!(err, Error::NoGpu(_)), "{err:?}");
+}
+
+#[test]
 fn host_only_mirror_copies_byte_exact_and_alternates_buffers() {
     common::ensure_hugepages(8);
     let arena = Arena::new(8 << 20, &MemOptions::default()).unwrap();

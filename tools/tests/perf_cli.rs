@@ -158,3 +158,18 @@ fn single_lcore_forwards_and_reports() {
     );
     assert!(last_json(&out)["total_tx_pps"].as_f64().unwrap() > 100_000.0);
 }
+
+#[test]
+fn gpu_mode_without_a_gpu_says_so_in_one_line() {
+    // SAFETY: only tries to dlopen libcuda.
+    let driver = unsafe { gpudirect::cudarc::driver::sys::is_culib_present() };
+    let out = perf(&["gpu", "--bytes", "1048576", "-n", "3"]);
+    if driver && gpudirect::Gpu::probe().context().is_some() {
+        // A GPU host: the mode measures (the GPU tests check the numbers).
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        return;
+    }
+    assert_one_line_error(&out, "no CUDA driver or GPU");
+    let out = perf(&["gpu", "--bytes", "2"]);
+    assert_one_line_error(&out, "--bytes 2");
+}

@@ -34,6 +34,9 @@
 //!   it, and a closed connection with [`Error::PeerClosed`]. After such
 //!   an error the communicator refuses further work ([`Error::Failed`]).
 //!   `timeout` must exceed how late a healthy rank may enter a collective.
+//! * **To the GPU.** [`DevicePipeline`] all-reduces a step's buckets in
+//!   order and copies each reduced bucket to device memory while the next
+//!   one is on the wire (host-only without a GPU).
 //! * **Counters.** [`DriverCounters`]: datagrams and bytes on the wire,
 //!   frames, backpressure, caller wake-ups (one per finished collective)
 //!   and idle sleeps, plus the engine's.
@@ -44,6 +47,7 @@
 
 pub mod backend;
 pub mod communicator;
+pub mod device;
 pub mod framing;
 mod identity;
 pub mod mesh;
@@ -56,6 +60,7 @@ use stack::quic::QuicConfig;
 
 pub use backend::{Backend, WireCounters};
 pub use communicator::{Communicator, DriverCounters, OpHandle};
+pub use device::{DeviceCounters, DevicePipeline, OnDevice};
 pub use rendezvous::RankEnv;
 
 /// Driver configuration; every rank must use the same `engine` config.

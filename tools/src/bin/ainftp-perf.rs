@@ -1,7 +1,7 @@
 //! ainftp-perf: testpmd-style packet forwarding on DPDK ports, UDP
 //! echo / ping-pong on kernel sockets for latency baselines, QUIC bulk and
 //! request/response over kernel UDP or our DPDK stack, kernel TCP bulk,
-//! and nccl-tests style collectives over QUIC.
+//! nccl-tests style collectives over QUIC, and GPU copy / codec rates.
 
 use std::process::ExitCode;
 
@@ -32,6 +32,7 @@ fn main() -> ExitCode {
         }
         Mode::TcpServer => perf::tcp::server(&args),
         Mode::TcpClient => perf::tcp::client(&args),
+        Mode::Gpu => perf::gpu::run(&args),
         _ => perf::run(&args).map(|s| serde_json::to_value(&s).expect("summary serialises")),
     };
     match result {

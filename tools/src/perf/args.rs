@@ -28,6 +28,9 @@ pub enum Mode {
     TcpServer,
     /// Kernel TCP bulk client against --target (--bytes on --conns).
     TcpClient,
+    /// GPU copy bandwidth (registered hugepage arena vs cuMemHostAlloc vs
+    /// pageable, each way) and codec kernel throughput vs a device copy.
+    Gpu,
     /// All-reduce over QUIC between ranks (nccl-tests style; see -b/-e/-f,
     /// --local-ranks or the torchrun environment).
     Allreduce,
@@ -52,6 +55,7 @@ impl Mode {
             Mode::QuicClient => "quic-client",
             Mode::TcpServer => "tcp-server",
             Mode::TcpClient => "tcp-client",
+            Mode::Gpu => "gpu",
             Mode::Allreduce => "allreduce",
             Mode::ReduceScatter => "reduce-scatter",
             Mode::Allgather => "allgather",
@@ -247,7 +251,8 @@ pub struct PerfArgs {
     #[arg(long, default_value_t = 1)]
     pub streams: usize,
 
-    /// quic-client, tcp-client: bytes to upload per stream (per connection for TCP).
+    /// quic-client, tcp-client: bytes to upload per stream (per connection for
+    /// TCP); gpu: bytes per copy (and f32 bytes through the codec).
     #[arg(long, default_value_t = 100_000_000)]
     pub bytes: u64,
 
@@ -278,7 +283,7 @@ pub struct PerfArgs {
     #[arg(short = 'f', long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(2..))]
     pub stepfactor: u64,
 
-    /// Collectives: timed iterations per size.
+    /// Collectives: timed iterations per size; gpu: timed copies / kernel runs.
     #[arg(short = 'n', long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..))]
     pub iters: u64,
 

@@ -4,6 +4,7 @@
 pub mod args;
 pub mod coll;
 pub mod fwd;
+pub mod gpu;
 pub mod packet;
 pub mod quic;
 pub mod report;
