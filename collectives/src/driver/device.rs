@@ -103,7 +103,7 @@ impl DevicePipeline {
             if let Some((j, t)) = in_flight.take() {
                 self.deliver(j, t, &mut consume)?;
             }
-            let bytes: &[u8] = bytemuck::cast_slice(&**bucket);
+            let bytes: &[u8] = bytemuck::cast_slice(bucket);
             in_flight = Some((k, self.mirror.upload(bytes).map_err(device_err)?));
         }
         if let Some((j, t)) = in_flight {
