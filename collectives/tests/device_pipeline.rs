@@ -4,24 +4,11 @@
 //! NVIDIA GPU with `cargo nextest run -p collectives --run-ignored
 //! ignored-only` (it fails at once without a GPU instead of passing).
 
-use std::net::{SocketAddrV4, UdpSocket};
+mod common;
 
 use collectives::driver::{Communicator, DevicePipeline, DriverConfig};
 use collectives::ReduceOp;
 use gpudirect::Gpu;
-
-fn addrs(n: usize) -> Vec<SocketAddrV4> {
-    let socks: Vec<UdpSocket> = (0..n)
-        .map(|_| UdpSocket::bind("127.0.0.1:0").unwrap())
-        .collect();
-    socks
-        .iter()
-        .map(|s| match s.local_addr().unwrap() {
-            std::net::SocketAddr::V4(a) => a,
-            _ => unreachable!(),
-        })
-        .collect()
-}
 
 fn value(rank: usize, bucket: usize, i: usize) -> f32 {
     ((i * 7 + rank * 13 + bucket * 5) % 64) as f32 * 0.25 - 8.0
@@ -37,7 +24,7 @@ type Seen = Vec<(usize, usize, bool, Vec<f32>)>;
 /// Runs the pipeline on `world` ranks; `read_back` copies a delivered
 /// bucket out of the mirror (host buffer, or device via download).
 fn run(world: usize, gpu: fn() -> Gpu) -> Vec<(Seen, Vec<Vec<f32>>, u64)> {
-    let peers = addrs(world);
+    let peers = common::loopback_addrs(world);
     let hs: Vec<_> = (0..world)
         .map(|r| {
             let peers = peers.clone();
@@ -130,7 +117,7 @@ fn host_only_pipeline_delivers_every_reduced_bucket_in_order() {
 fn a_bucket_larger_than_the_device_buffers_is_refused_before_any_traffic() {
     let gpu = Gpu::host_only();
     let mut pipe = DevicePipeline::new(&gpu, 64).unwrap();
-    let peers = addrs(1);
+    let peers = common::loopback_addrs(1);
     let mut comm = Communicator::new(0, 1, peers, DriverConfig::default()).unwrap();
     let mut big = vec![1f32; 17];
     let err = pipe

@@ -2,25 +2,12 @@
 //! against a reference, the non-blocking API, striping over several
 //! connections, the rendezvous, and a dead peer.
 
-use std::net::{SocketAddrV4, UdpSocket};
+mod common;
+
 use std::time::{Duration, Instant};
 
 use collectives::driver::{Communicator, DriverConfig};
 use collectives::{shard_range, Collective, Error, ReduceOp};
-
-/// Free ports on 127.0.0.1 (bound and released; racy but fine on a test host).
-fn addrs(n: usize) -> Vec<SocketAddrV4> {
-    let socks: Vec<UdpSocket> = (0..n)
-        .map(|_| UdpSocket::bind("127.0.0.1:0").unwrap())
-        .collect();
-    socks
-        .iter()
-        .map(|s| match s.local_addr().unwrap() {
-            std::net::SocketAddr::V4(a) => a,
-            _ => unreachable!(),
-        })
-        .collect()
-}
 
 fn value(rank: usize, i: usize) -> f32 {
     ((i * 7 + rank * 13) % 64) as f32 * 0.25 - 8.0
@@ -32,7 +19,7 @@ fn on_ranks<T: Send + 'static>(
     cfg: DriverConfig,
     f: impl Fn(Communicator) -> T + Send + Sync + Clone + 'static,
 ) -> Vec<T> {
-    let peers = addrs(world);
+    let peers = common::loopback_addrs(world);
     let hs: Vec<_> = (0..world)
         .map(|r| {
             let (peers, cfg, f) = (peers.clone(), cfg.clone(), f.clone());

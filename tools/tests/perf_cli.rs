@@ -166,7 +166,11 @@ fn gpu_mode_without_a_gpu_says_so_in_one_line() {
     let out = perf(&["gpu", "--bytes", "1048576", "-n", "3"]);
     if driver && gpudirect::Gpu::probe().context().is_some() {
         // A GPU host: the mode measures (the GPU tests check the numbers).
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         return;
     }
     assert_one_line_error(&out, "no CUDA driver or GPU");

@@ -7,31 +7,17 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-const PERF: &str = env!("CARGO_BIN_EXE_ainftp-perf");
+mod common;
+
+use common::PERF;
 
 fn perf(args: &[&str]) -> Output {
-    Command::new(PERF)
-        .args(args)
-        .env_remove("RANK")
-        .env_remove("WORLD_SIZE")
-        .env_remove("MASTER_ADDR")
-        .env_remove("MASTER_PORT")
-        .output()
-        .expect("run ainftp-perf")
+    common::perf_output(args).0
 }
 
 /// The JSON rows of a successful run.
 fn rows(args: &[&str]) -> Vec<Value> {
-    let out = perf(args);
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{args:?} failed: {stderr}\n{stdout}");
-    let rows: Vec<Value> = stdout
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
-        .collect();
-    assert!(!rows.is_empty(), "no rows: {stderr}");
-    rows
+    common::json_rows(&perf(args))
 }
 
 fn check_rows(rows: &[Value], max_err: f64, identical: bool) {

@@ -4,29 +4,12 @@
 //! ranks, data-plane aggregation, a dead peer, and the virtual network
 //! removed afterwards. Needs root (CI is root).
 
-use std::process::{Command, Output};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
+mod common;
 
-const PERF: &str = env!("CARGO_BIN_EXE_ainftp-perf");
-
-/// Runs ainftp-perf; also returns its pid (the virtual network's names
-/// carry it).
-fn perf(args: &[&str]) -> (Output, u32) {
-    let child = Command::new(PERF)
-        .args(args)
-        .env_remove("RANK")
-        .env_remove("WORLD_SIZE")
-        .env_remove("MASTER_ADDR")
-        .env_remove("MASTER_PORT")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("run ainftp-perf");
-    let pid = child.id();
-    (child.wait_with_output().expect("wait for ainftp-perf"), pid)
-}
+use common::{json_rows, perf_output as perf};
 
 /// Links whose names our run `pid` would have given (`ac<pid>...`).
 fn links_left(pid: u32) -> Vec<String> {
@@ -37,18 +20,6 @@ fn links_left(pid: u32) -> Vec<String> {
         .filter(|n| n.starts_with(&format!("ac{pid}")))
         .map(str::to_string)
         .collect()
-}
-
-fn json_rows(out: &Output) -> Vec<Value> {
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "failed: {stderr}\n{stdout}");
-    let rows: Vec<Value> = stdout
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
-        .collect();
-    assert!(!rows.is_empty(), "no rows: {stderr}");
-    rows
 }
 
 #[test]

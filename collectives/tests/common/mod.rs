@@ -231,3 +231,18 @@ pub fn all_ops() -> Vec<Op> {
         Op::Barrier,
     ]
 }
+
+/// Free UDP ports on 127.0.0.1 for `n` ranks (bound and released: racy,
+/// but fine on a test host).
+pub fn loopback_addrs(n: usize) -> Vec<std::net::SocketAddrV4> {
+    let socks: Vec<std::net::UdpSocket> = (0..n)
+        .map(|_| std::net::UdpSocket::bind("127.0.0.1:0").unwrap())
+        .collect();
+    socks
+        .iter()
+        .map(|s| match s.local_addr().unwrap() {
+            std::net::SocketAddr::V4(a) => a,
+            _ => unreachable!(),
+        })
+        .collect()
+}

@@ -1,0 +1,38 @@
+//! Running ainftp-perf's collective modes from tests.
+#![allow(dead_code)]
+
+use std::process::{Command, Output, Stdio};
+
+use serde_json::Value;
+
+pub const PERF: &str = env!("CARGO_BIN_EXE_ainftp-perf");
+
+/// Runs ainftp-perf outside any torchrun environment; also returns its
+/// pid (a DPDK run's virtual network carries it in its names).
+pub fn perf_output(args: &[&str]) -> (Output, u32) {
+    let child = Command::new(PERF)
+        .args(args)
+        .env_remove("RANK")
+        .env_remove("WORLD_SIZE")
+        .env_remove("MASTER_ADDR")
+        .env_remove("MASTER_PORT")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run ainftp-perf");
+    let pid = child.id();
+    (child.wait_with_output().expect("wait for ainftp-perf"), pid)
+}
+
+/// The JSON rows of a run that must have succeeded.
+pub fn json_rows(out: &Output) -> Vec<Value> {
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "failed: {stderr}\n{stdout}");
+    let rows: Vec<Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect();
+    assert!(!rows.is_empty(), "no rows: {stderr}");
+    rows
+}
