@@ -6,7 +6,6 @@ use std::sync::Arc;
 
 use crate::eal::Eal;
 use crate::error::{from_rte_errno, Error, Result};
-use crate::port::Port;
 use crate::sys;
 
 /// Memory that stays mapped, resident and at the same address for as long
@@ -180,45 +179,39 @@ impl ExtMem {
         runs
     }
 
-    /// Give `port`'s device a DMA mapping of this memory, held until the
-    /// returned value is dropped. Buses that map through an IOMMU (PCI with
-    /// vfio) need this before the NIC can write into the memory. Virtual
-    /// devices (net_tap, net_af_xdp, net_null, net_memif) copy packets with
-    /// the CPU and need none: the vdev bus accepts the call as a no-op, and
-    /// a bus without DMA mapping support (ENOTSUP) is treated the same way.
-    pub fn dma_map(&self, port: &Port) -> Result<DmaMap> {
-        let dev = port.device_ptr()?;
-        let mut mapped = Vec::new();
+    /// Give `dev` a DMA mapping of this memory, held until the returned
+    /// value is dropped. Buses that map through an IOMMU (PCI with vfio)
+    /// need this before the NIC can write into the memory. Virtual devices
+    /// (net_tap, net_af_xdp, net_null, net_memif) copy packets with the CPU
+    /// and need none: the vdev bus accepts the call as a no-op, and a bus
+    /// without DMA mapping support (ENOTSUP) is treated the same way.
+    ///
+    /// `Port::open` calls this for a pool's external memory; the port holds
+    /// the mapping and unmaps it after stopping the device.
+    pub(crate) fn dma_map(&self, dev: *mut sys::rte_device, port: u16) -> Result<DmaMap> {
+        let mut map = DmaMap {
+            ext: self.clone(),
+            dev,
+            mapped: Vec::new(),
+        };
         for (off, len) in self.iova_runs(0..self.len()) {
-            // SAFETY: dev is the live device of `port` (which DmaMap keeps
+            // SAFETY: dev is a live, probed device (the caller's port is
             // open); the range is registered external memory.
             let rc = unsafe {
                 sys::rte_dev_dma_map(dev, self.as_ptr().add(off) as *mut _, self.iova(off), len)
             };
             if rc != 0 {
                 let errno = crate::error::last_errno();
-                if errno == libc::ENOTSUP && mapped.is_empty() {
-                    tracing::debug!(port = port.id(), "bus needs no DMA mapping");
+                if errno == libc::ENOTSUP && map.mapped.is_empty() {
+                    tracing::debug!(port, "bus needs no DMA mapping");
                     break;
                 }
-                let err = from_rte_errno("rte_dev_dma_map");
-                // Undo what was mapped so far.
-                drop(DmaMap {
-                    ext: self.clone(),
-                    port: port.clone(),
-                    dev,
-                    mapped,
-                });
-                return Err(err);
+                // Dropping `map` undoes what was mapped so far.
+                return Err(from_rte_errno("rte_dev_dma_map"));
             }
-            mapped.push((off, len));
+            map.mapped.push((off, len));
         }
-        Ok(DmaMap {
-            ext: self.clone(),
-            port: port.clone(),
-            dev,
-            mapped,
-        })
+        Ok(map)
     }
 }
 
@@ -244,29 +237,26 @@ impl Drop for ExtMemInner {
     }
 }
 
-/// A device's DMA mapping of external memory; unmapped on drop, before the
-/// port it holds open may close.
-pub struct DmaMap {
+/// A device's DMA mapping of external memory; unmapped on drop, which its
+/// port does after stopping the device and before closing it.
+pub(crate) struct DmaMap {
     ext: ExtMem,
-    port: Port,
     dev: *mut sys::rte_device,
     /// (offset, len) of each mapped IOVA run; empty when the bus needs none.
     mapped: Vec<(usize, usize)>,
 }
 
 // SAFETY: the device pointer is only passed back to DPDK's thread-safe
-// dma_unmap; the port it belongs to is kept open by `port`.
+// dma_unmap, while the port that owns both is still open.
 unsafe impl Send for DmaMap {}
+// SAFETY: as above; shared references only read `mapped`.
+unsafe impl Sync for DmaMap {}
 
 impl DmaMap {
     /// IOVA-contiguous runs handed to the bus (0 when it has no DMA
     /// mapping support; the vdev bus takes them and does nothing).
-    pub fn runs(&self) -> usize {
+    pub(crate) fn runs(&self) -> usize {
         self.mapped.len()
-    }
-
-    pub fn port(&self) -> &Port {
-        &self.port
     }
 }
 

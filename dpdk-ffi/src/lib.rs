@@ -40,7 +40,7 @@ pub mod ring;
 pub use batch::{Drain, MbufBatch};
 pub use eal::Eal;
 pub use error::{last_errno, strerror, Error, Result};
-pub use extmem::{DmaMap, ExtMem, IovaMode, PinnedMemory};
+pub use extmem::{ExtMem, IovaMode, PinnedMemory};
 pub use mbuf::{CsumStatus, Mbuf, RxChecksum};
 pub use mempool::{Mempool, DEFAULT_DATA_ROOM};
 pub use port::{LinkStatus, Port, PortConfig, PortFeatures, PortInfo, PortStats};

@@ -24,6 +24,7 @@ struct PoolInner {
     raw: NonNull<sys::rte_mempool>,
     name: String,
     size: u32,
+    data_room: u16,
     /// For extbuf pools: the external memory the data buffers live in and
     /// whatever keeps that part of it reserved. Both outlive the pool.
     ext: ManuallyDrop<Option<ExtBacking>>,
@@ -31,7 +32,7 @@ struct PoolInner {
 }
 
 struct ExtBacking {
-    _mem: ExtMem,
+    mem: ExtMem,
     _keep_alive: Box<dyn Send + Sync>,
 }
 
@@ -68,6 +69,7 @@ impl Mempool {
                 raw,
                 name: name.to_owned(),
                 size,
+                data_room,
                 ext: ManuallyDrop::new(None),
                 eal: ManuallyDrop::new(eal.clone()),
             }),
@@ -163,8 +165,9 @@ impl Mempool {
                 raw,
                 name: name.to_owned(),
                 size,
+                data_room,
                 ext: ManuallyDrop::new(Some(ExtBacking {
-                    _mem: ext.clone(),
+                    mem: ext.clone(),
                     _keep_alive: keep_alive,
                 })),
                 eal: ManuallyDrop::new(eal.clone()),
@@ -178,6 +181,24 @@ impl Mempool {
 
     pub fn size(&self) -> u32 {
         self.inner.size
+    }
+
+    /// Bytes of data per mbuf, headroom included.
+    pub fn data_room(&self) -> u16 {
+        self.inner.data_room
+    }
+
+    /// Bytes a packet may take in one mbuf: the data room after the
+    /// standard headroom.
+    pub fn packet_capacity(&self) -> usize {
+        (self.inner.data_room as usize).saturating_sub(sys::RTE_PKTMBUF_HEADROOM as usize)
+    }
+
+    /// The external memory an extbuf pool's data buffers lie in (None for
+    /// a pool on DPDK's own heap). A port opened with such a pool gives its
+    /// device a DMA mapping of this memory (see `Port::open`).
+    pub fn external_memory(&self) -> Option<&ExtMem> {
+        self.inner.ext.as_ref().map(|e| &e.mem)
     }
 
     /// Mbufs free in the pool, per-lcore caches included.
@@ -223,6 +244,17 @@ impl Mempool {
 
     pub fn as_ptr(&self) -> *mut sys::rte_mempool {
         self.inner.raw.as_ptr()
+    }
+}
+
+impl std::fmt::Debug for Mempool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Mempool")
+            .field("name", &self.inner.name)
+            .field("size", &self.inner.size)
+            .field("data_room", &self.inner.data_room)
+            .field("external", &self.external_memory().is_some())
+            .finish()
     }
 }
 

@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use crate::eal::Eal;
 use crate::error::{dpdk, Error, Result};
+use crate::extmem::DmaMap;
 use crate::mempool::Mempool;
 use crate::queue::{RxQueue, TxQueue};
 use crate::sys;
@@ -116,6 +117,9 @@ struct PortInner {
     features: PortFeatures,
     taken_rx: Mutex<Vec<bool>>,
     taken_tx: Mutex<Vec<bool>>,
+    /// The device's DMA mapping of the pool's external memory, released
+    /// after the device stops and before it closes.
+    dma: Option<DmaMap>,
     // Dropped after the port is closed (field order): rx rings hold mbufs
     // of this pool until then.
     _pool: Mempool,
@@ -139,6 +143,13 @@ impl Port {
             hotplugged_on,
         };
         let info = port_info(id, &name)?;
+        // A NIC behind an IOMMU may only write where it has a mapping, so
+        // the pool's external memory is mapped before any rx descriptor
+        // points into it. Declared after `guard`: dropped (unmapped) first.
+        let dma = match pool.external_memory() {
+            Some(ext) => Some(ext.dma_map(device_of(id)?, id)?),
+            None => None,
+        };
         let features = configure(&info, cfg, pool)?;
         // SAFETY: the port is configured with its queues set up.
         let rc = unsafe { sys::rte_eth_dev_start(id) };
@@ -156,6 +167,7 @@ impl Port {
                 taken_tx: Mutex::new(vec![false; features.tx_queues as usize]),
                 info,
                 features,
+                dma,
                 _pool: pool.clone(),
                 _eal: eal.clone(),
             }),
@@ -190,15 +202,11 @@ impl Port {
         Ok(TxQueue::new(self.clone(), q))
     }
 
-    /// The port's rte_device, for bus-level calls (DMA mapping).
-    pub(crate) fn device_ptr(&self) -> Result<*mut sys::rte_device> {
-        let mut di = sys::rte_eth_dev_info::default();
-        // SAFETY: valid port id and out-pointer.
-        let rc = unsafe { sys::rte_eth_dev_info_get(self.inner.id, &mut di) };
-        if rc < 0 {
-            return Err(dpdk("rte_eth_dev_info_get", rc));
-        }
-        Ok(di.device)
+    /// IOVA runs of the pool's external memory mapped for this device:
+    /// None when the pool is on DPDK's heap, Some(0) when the bus needs no
+    /// mapping.
+    pub fn dma_mapped_runs(&self) -> Option<usize> {
+        self.inner.dma.as_ref().map(|d| d.runs())
     }
 
     pub fn mac(&self) -> [u8; 6] {
@@ -298,6 +306,12 @@ impl Port {
 
 impl Drop for PortInner {
     fn drop(&mut self) {
+        if let Some(dma) = self.dma.take() {
+            // SAFETY: valid port id; the device stops writing into the
+            // mapped memory before the mapping goes.
+            unsafe { sys::rte_eth_dev_stop(self.id) };
+            drop(dma);
+        }
         close_port(self.id, &self.name, self.hotplugged_on);
     }
 }
@@ -326,6 +340,17 @@ fn close_port(id: u16, name: &str, hotplugged_on: Option<&'static str>) {
         // SAFETY: both are valid C strings; the device is closed.
         unsafe { sys::rte_eal_hotplug_remove(cbus.as_ptr(), cname.as_ptr()) };
     }
+}
+
+/// The port's rte_device, for bus-level calls (DMA mapping).
+fn device_of(id: u16) -> Result<*mut sys::rte_device> {
+    let mut di = sys::rte_eth_dev_info::default();
+    // SAFETY: valid port id and out-pointer.
+    let rc = unsafe { sys::rte_eth_dev_info_get(id, &mut di) };
+    if rc < 0 {
+        return Err(dpdk("rte_eth_dev_info_get", rc));
+    }
+    Ok(di.device)
 }
 
 fn take(taken: &Mutex<Vec<bool>>, q: u16, dir: &str, port: &str) -> Result<()> {

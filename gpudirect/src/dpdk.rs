@@ -2,7 +2,7 @@
 //! data buffers are carved from it, so received payloads land in memory the
 //! GPU can also reach.
 
-use dpdk_ffi::{DmaMap, Eal, ExtMem, IovaMode, Mempool, Port};
+use dpdk_ffi::{Eal, ExtMem, IovaMode, Mempool};
 
 use crate::arena::{Align, Arena, CACHE_LINE};
 use crate::error::{Error, Result};
@@ -35,6 +35,8 @@ impl DpdkArena {
 
     /// A pool of `n` mbufs with `data_room` bytes of data each (headroom
     /// included) in an arena region that the pool keeps until it is freed.
+    /// A port opened with the pool DMA-maps the arena for its device
+    /// (`dpdk_ffi::Port::open`).
     pub fn pktmbuf_pool(&self, name: &str, n: u32, cache: u32, data_room: u16) -> Result<Mempool> {
         if n == 0 {
             return Err(Error::InvalidArgument("a pool of zero mbufs".into()));
@@ -70,11 +72,5 @@ impl DpdkArena {
             range,
             Box::new(region),
         )?)
-    }
-
-    /// DMA-map the arena for `port`'s device (a no-op for virtual devices,
-    /// whose PMDs copy with the CPU; needed for PCI NICs behind an IOMMU).
-    pub fn dma_map(&self, port: &Port) -> Result<DmaMap> {
-        Ok(self.ext.dma_map(port)?)
     }
 }

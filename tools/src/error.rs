@@ -14,3 +14,13 @@ pub enum Error {
     #[error(transparent)]
     Collectives(#[from] collectives::Error),
 }
+
+impl From<stack::runtime::Error> for Error {
+    /// A config the runtime refuses is the user's to fix.
+    fn from(e: stack::runtime::Error) -> Error {
+        match e {
+            stack::runtime::Error::Dpdk(d) => Error::Dpdk(d),
+            stack::runtime::Error::Config(c) => Error::Usage(c),
+        }
+    }
+}

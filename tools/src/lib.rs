@@ -1,6 +1,7 @@
 //! The ainftp binaries: `ainftp-perf` (testpmd / nccl-tests style perf tool)
 //! and their shared command-line plumbing.
 
+pub mod arena_pool;
 pub mod cpulist;
 pub mod dp;
 pub mod eal_setup;

@@ -28,6 +28,18 @@ fn assert_one_line_error(args: &[&str], needle: &str) {
 #[test]
 fn bad_input_gets_one_clear_line() {
     assert_one_line_error(&["--lcores", "0"], "--ip is required");
+    assert_one_line_error(
+        &[
+            "--lcores",
+            "0",
+            "--ip",
+            "10.0.0.2/24",
+            "--mbuf-arena",
+            "--vdev",
+            "net_af_xdp0,iface=lo",
+        ],
+        "net_af_xdp cannot receive into an external-memory (arena) pool",
+    );
     assert_one_line_error(&["--lcores", "0", "--ip", "10.0.0.2"], "prefix");
     assert_one_line_error(
         &[
@@ -191,4 +203,61 @@ fn certs_makes_a_cluster_ca_and_node_certificates() {
         .unwrap();
     assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("not usable"));
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn mbuf_arena_on_a_tap_device_echoes_every_size_and_returns_every_mbuf() {
+    let child = Command::new(DP)
+        .args([
+            "--lcores",
+            "0",
+            "--ip",
+            "10.89.0.2/24",
+            "--tap-iface",
+            "ainfdp89",
+            "--udp-echo",
+            "7",
+            "--mbuf-arena",
+            "--stats-period",
+            "0",
+            "--json",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !sh("ip link show ainfdp89").status.success() {
+        assert!(Instant::now() < deadline, "no TAP device");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(
+        sh("ip addr add 10.89.0.1/24 dev ainfdp89 && ip link set ainfdp89 up")
+            .status
+            .success()
+    );
+    let sock = UdpSocket::bind("10.89.0.1:0").unwrap();
+    sock.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+    let mut buf = [0u8; 2048];
+    for len in [1usize, 17, 512, 1000, 1472] {
+        let sent: Vec<u8> = (0..len).map(|i| (i * 31 + len) as u8).collect();
+        sock.send_to(&sent, "10.89.0.2:7").unwrap();
+        let (n, _) = sock.recv_from(&mut buf).unwrap();
+        assert_eq!(&buf[..n], &sent[..], "echo of {len} bytes");
+    }
+    assert!(sh(&format!("kill -TERM {}", child.id())).status.success());
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "exit after SIGTERM: {stderr}");
+    assert!(
+        stderr.contains("mbufs in an arena at") && stderr.contains("registered with DPDK"),
+        "says where the buffers are: {stderr}"
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let json: serde_json::Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    assert_eq!(json["mbufs_in_use_after_close"], 0, "{json}");
+    assert!(
+        json["lcores"][0]["udp_out"].as_u64().unwrap() >= 5,
+        "{json}"
+    );
 }

@@ -218,6 +218,16 @@ fn missing_environment_and_bad_dpdk_flags_are_one_line_errors() {
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
     assert!(stderr.contains("--vdev is chosen per rank"), "{stderr}");
 
+    // The arena holds our DPDK stack's buffers: kernel UDP has none.
+    let out = perf(&["allreduce", "--local-ranks", "2", "--mbuf-arena"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.contains("--mbuf-arena") && stderr.contains("--transport dpdk"),
+        "{stderr}"
+    );
+
     // One rank on DPDK needs a port.
     let out = Command::new(PERF)
         .args(["allreduce", "--transport", "dpdk"])

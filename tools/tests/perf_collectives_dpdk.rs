@@ -1,6 +1,7 @@
 //! ainftp-perf's collectives over our DPDK stack: `--local-ranks N
 //! --transport dpdk` builds a bridge with a veth per rank, each rank runs
-//! the stack on net_af_xdp over its veth. Reference results, bit-identical
+//! the stack on net_af_xdp over its veth (net_af_packet with
+//! `--mbuf-arena`). Reference results, bit-identical
 //! ranks, data-plane aggregation, a dead peer, and the virtual network
 //! removed afterwards. Needs root (CI is root).
 
@@ -119,6 +120,47 @@ fn four_dpdk_ranks_i16_and_other_collectives_match_references() {
             assert_eq!(r["wrong"], 0, "{r}");
         }
     }
+}
+
+#[test]
+fn ranks_with_arena_buffers_over_af_packet_all_reduce_exact() {
+    let (out, pid) = perf(&[
+        "allreduce",
+        "--local-ranks",
+        "3",
+        "--transport",
+        "dpdk",
+        "--mbuf-arena",
+        "-b",
+        "16",
+        "-e",
+        "1M",
+        "-f",
+        "16",
+        "-n",
+        "2",
+        "-w",
+        "1",
+        "--json",
+    ]);
+    let rows = json_rows(&out);
+    assert_eq!(rows.len(), 5, "16 B .. 1 MiB by 16x: {rows:?}");
+    for r in &rows {
+        assert_eq!(r["wrong"], 0, "{r}");
+        assert!(r["max_rel_err"].as_f64().unwrap() <= 1e-6, "{r}");
+        assert_eq!(r["identical"], true, "{r}");
+    }
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let arenas = stderr
+        .lines()
+        .filter(|l| l.contains("mbufs in an arena at") && l.contains("registered with DPDK"))
+        .count();
+    assert_eq!(arenas, 3, "each rank's buffers in its arena: {stderr}");
+    assert_eq!(
+        links_left(pid),
+        Vec::<String>::new(),
+        "virtual network left behind"
+    );
 }
 
 #[test]

@@ -199,10 +199,9 @@ impl DpdkIo {
         features: &PortFeatures,
         steering: Option<Steering>,
     ) -> DpdkIo {
-        let room = dpdk_ffi::DEFAULT_DATA_ROOM as usize;
         let max_payload = (features.mtu as usize)
             .saturating_sub(IPV4_UDP_OVERHEAD)
-            .min(room.saturating_sub(host.udp_header_len()));
+            .min(pool.packet_capacity().saturating_sub(host.udp_header_len()));
         DpdkIo {
             rx,
             tx,

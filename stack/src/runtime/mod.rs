@@ -81,7 +81,12 @@ pub struct RuntimeConfig {
     /// Use a symmetric RSS key, so both directions of a flow hash alike.
     pub symmetric_rss: bool,
     pub idle: IdlePolicy,
+    /// Mbufs in the pool the runtime makes (ignored with `pool`).
     pub mbufs: u32,
+    /// Use this pool instead of making one: e.g. gpudirect's extbuf pool
+    /// over a hugepage arena that CUDA also maps, so received payloads land
+    /// in memory the GPU reaches. The port DMA-maps its external memory.
+    pub pool: Option<Mempool>,
     pub mtu: Option<u16>,
     pub checksum_offload: bool,
     /// Impair what the lcores send (loss, delay, ...), for experiments.
@@ -103,11 +108,25 @@ impl RuntimeConfig {
             symmetric_rss: false,
             idle: IdlePolicy::Adaptive,
             mbufs: 8191,
+            pool: None,
             mtu: None,
             checksum_offload: true,
             impair: None,
         }
     }
+}
+
+/// net_af_xdp registers its pool's memory as the socket's UMEM, which must
+/// hold the mbufs themselves: it cannot take a pool whose data lies in
+/// external memory (it fails with "Failed to create umem" in the log).
+fn refuse_external_pool_on_af_xdp(device: &str, pool: &Mempool) -> Result<()> {
+    if pool.external_memory().is_some() && device.starts_with("net_af_xdp") {
+        return Err(Error::Config(format!(
+            "{device}: net_af_xdp cannot receive into an external-memory (arena) pool; \
+             use net_tap or a PCI NIC, or the default pool"
+        )));
+    }
+    Ok(())
 }
 
 /// One lcore's loop, ready to run.
@@ -148,14 +167,20 @@ impl Runtime {
             .chain(eal.worker_lcores())
             .collect();
         let n = lcores.len() as u16;
-        let pool = Mempool::new(
-            eal,
-            &format!("stack_{}", std::process::id()),
-            cfg.mbufs,
-            256,
-            dpdk_ffi::DEFAULT_DATA_ROOM,
-            None,
-        )?;
+        let pool = match &cfg.pool {
+            Some(pool) => {
+                refuse_external_pool_on_af_xdp(&cfg.device, pool)?;
+                pool.clone()
+            }
+            None => Mempool::new(
+                eal,
+                &format!("stack_{}", std::process::id()),
+                cfg.mbufs,
+                256,
+                dpdk_ffi::DEFAULT_DATA_ROOM,
+                None,
+            )?,
+        };
         let rss_key = if cfg.symmetric_rss {
             SYMMETRIC_KEY.to_vec()
         } else {

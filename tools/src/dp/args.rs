@@ -88,6 +88,12 @@ pub struct DpArgs {
     #[arg(long)]
     pub mbufs: Option<u32>,
 
+    /// Put packet buffers in a hugepage arena registered with DPDK and CUDA
+    /// (host-only without a GPU), so payloads land in memory the GPU
+    /// reaches. Not with net_af_xdp.
+    #[arg(long)]
+    pub mbuf_arena: bool,
+
     /// Do not use the NIC's checksum offloads (compute in software).
     #[arg(long)]
     pub no_checksum_offload: bool,

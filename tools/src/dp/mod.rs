@@ -12,21 +12,28 @@ use std::time::{Duration, Instant};
 
 use stack::runtime::{Echo, Runtime, Services};
 
+use crate::arena_pool::ArenaPool;
 use crate::eal_setup::{self, EalOptions};
 use crate::error::{Error, Result};
 pub use report::Summary;
 
 pub fn run(args: &args::DpArgs) -> Result<Summary> {
-    let plan = config::plan(args)?;
+    let mut plan = config::plan(args)?;
     let eal = eal_setup::init(&EalOptions {
         lcores: &plan.lcores,
         pci: &plan.pci,
         extra: &plan.eal,
     })?;
-    let runtime = Runtime::start(&eal, &plan.runtime).map_err(|e| match e {
-        stack::runtime::Error::Dpdk(d) => Error::Dpdk(d),
-        stack::runtime::Error::Config(c) => Error::Usage(c),
-    })?;
+    // Kept until the runtime is done with the pool.
+    let arena = match plan.mbuf_arena {
+        true => Some(ArenaPool::new(&eal, plan.runtime.mbufs)?),
+        false => None,
+    };
+    plan.runtime.pool = arena.as_ref().map(|a| a.pool().clone());
+    let runtime = Runtime::start(&eal, &plan.runtime)?;
+    if let Some(a) = &arena {
+        eprintln!("ainftp-dp: {}", a.describe());
+    }
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register(sig, stop.clone())
@@ -65,10 +72,7 @@ pub fn run(args: &args::DpArgs) -> Result<Summary> {
     });
     stop.store(true, Ordering::Relaxed);
     let _ = watcher.join();
-    let run = result.map_err(|e| match e {
-        stack::runtime::Error::Dpdk(d) => Error::Dpdk(d),
-        stack::runtime::Error::Config(c) => Error::Usage(c),
-    })?;
+    let run = result?;
     let summary = Summary::new(
         &run,
         &lcores,

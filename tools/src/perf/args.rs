@@ -192,6 +192,13 @@ pub struct PerfArgs {
     #[arg(long, value_enum, default_value_t = IdlePolicy::Adaptive)]
     pub idle: IdlePolicy,
 
+    /// With --transport dpdk: packet buffers in a hugepage arena registered
+    /// with DPDK and CUDA (host-only without a GPU), so payloads land in
+    /// memory the GPU reaches. Not with net_af_xdp; --local-ranks then gives
+    /// each rank net_af_packet instead.
+    #[arg(long)]
+    pub mbuf_arena: bool,
+
     /// Rx/tx descriptors per queue (0: the PMD's preferred size).
     #[arg(long, default_value_t = 0)]
     pub descriptors: u16,

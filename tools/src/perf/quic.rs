@@ -22,6 +22,8 @@ use stack::quic::perf::{ClientStream, PerfServer, MODE_DISCARD, MODE_ECHO, PERF_
 use stack::quic::{ConnHandle, Endpoint, Event, QuicConfig, Trust};
 use stack::runtime::{self, Runtime, RuntimeConfig};
 
+use crate::arena_pool::ArenaPool;
+
 use super::args::{PerfArgs, QuicTest, Transport};
 use super::udp::{addr, stop_flag};
 use crate::eal_setup::{self, EalOptions};
@@ -57,15 +59,10 @@ fn quic_err(e: stack::quic::QuicError) -> Error {
     Error::Usage(e.to_string())
 }
 
-fn runtime_err(e: stack::runtime::Error) -> Error {
-    match e {
-        stack::runtime::Error::Dpdk(d) => Error::Dpdk(d),
-        stack::runtime::Error::Config(c) => Error::Usage(c),
-    }
-}
-
-/// Our DPDK stack on one lcore: `--vdev`/`--pci` and `--ip A/N`.
-pub(crate) fn dpdk_runtime(args: &PerfArgs) -> Result<(dpdk_ffi::Eal, Runtime)> {
+/// Our DPDK stack on one lcore: `--vdev`/`--pci` and `--ip A/N`; its
+/// packet buffers in an arena with `--mbuf-arena` (keep the ArenaPool as
+/// long as the runtime).
+pub(crate) fn dpdk_runtime(args: &PerfArgs) -> Result<(dpdk_ffi::Eal, Runtime, Option<ArenaPool>)> {
     let device = match (args.pci.first(), args.vdev.first()) {
         (Some(p), None) => p.clone(),
         (None, Some(v)) => v.clone(),
@@ -93,8 +90,16 @@ pub(crate) fn dpdk_runtime(args: &PerfArgs) -> Result<(dpdk_ffi::Eal, Runtime)> 
     })?;
     let mut cfg = RuntimeConfig::new(&device, ip, prefix);
     cfg.idle = args.idle.into();
-    let rt = Runtime::start(&eal, &cfg).map_err(runtime_err)?;
-    Ok((eal, rt))
+    let arena = match args.mbuf_arena {
+        true => Some(ArenaPool::new(&eal, cfg.mbufs)?),
+        false => None,
+    };
+    cfg.pool = arena.as_ref().map(|a| a.pool().clone());
+    let rt = Runtime::start(&eal, &cfg)?;
+    if let Some(a) = &arena {
+        eprintln!("ainftp-perf: {}", a.describe());
+    }
+    Ok((eal, rt, arena))
 }
 
 fn new_endpoint<B: Datagram>(
@@ -143,17 +148,14 @@ where
             Ok(app.service)
         }
         Transport::Dpdk => {
-            let (_eal, rt) = dpdk_runtime(args)?;
+            let (_eal, rt, _arena) = dpdk_runtime(args)?;
             let ip = rt.host().ip;
             let max_payload = rt.max_payload();
             let port = local.map(|l| l.port()).unwrap_or(40_000);
-            let (_report, apps) = rt
-                .run_apps(stop, move |i| {
-                    let ep =
-                        new_endpoint(server, &cfg, i as u8, max_payload).expect("config checked");
-                    EndpointApp::new(ep, make(Some(SocketAddrV4::new(ip, port))))
-                })
-                .map_err(runtime_err)?;
+            let (_report, apps) = rt.run_apps(stop, move |i| {
+                let ep = new_endpoint(server, &cfg, i as u8, max_payload).expect("config checked");
+                EndpointApp::new(ep, make(Some(SocketAddrV4::new(ip, port))))
+            })?;
             Ok(apps.into_iter().next().expect("one lcore").service)
         }
     }

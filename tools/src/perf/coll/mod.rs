@@ -61,7 +61,7 @@ pub fn run(args: &PerfArgs) -> Result<()> {
     match args.transport {
         Transport::Udp => run_rank(Communicator::from_env(config)?, args),
         Transport::Dpdk => {
-            let stack = open_dpdk_stack(args)?;
+            let (stack, _arena) = open_dpdk_stack(args)?;
             let advertise = SocketAddrV4::new(stack.local_ip(), stack.udp_port());
             run_rank(Communicator::from_env_with(stack, advertise, config)?, args)
         }
@@ -73,7 +73,13 @@ fn spawn_local(args: &PerfArgs, n: usize) -> Result<()> {
     match args.transport {
         Transport::Udp => local::spawn_ranks(n, grace, |_| Vec::new()),
         Transport::Dpdk => {
-            let net = vnet::VirtualNet::create(n)?;
+            // net_af_xdp cannot take an arena pool; net_af_packet copies
+            // each frame into whatever pool it is given.
+            let pmd = match args.mbuf_arena {
+                true => vnet::Pmd::AfPacket,
+                false => vnet::Pmd::AfXdp,
+            };
+            let net = vnet::VirtualNet::create(n, pmd)?;
             let cpus = crate::cpulist::online_cpus()?;
             local::spawn_ranks(n, grace, |r| net.rank_args(r, cpus[r % cpus.len()]))
         }
@@ -84,8 +90,14 @@ fn spawn_local(args: &PerfArgs, n: usize) -> Result<()> {
 const DPDK_RANK_PORT: u16 = 29_600;
 
 /// This rank's stack: the port of `--vdev`/`--pci` with `--ip`, driven
-/// from the communicator's calls.
-fn open_dpdk_stack(args: &PerfArgs) -> Result<stack::runtime::InlineStack> {
+/// from the communicator's calls (and the arena its buffers are in, with
+/// `--mbuf-arena`, to keep while the stack runs).
+fn open_dpdk_stack(
+    args: &PerfArgs,
+) -> Result<(
+    stack::runtime::InlineStack,
+    Option<crate::arena_pool::ArenaPool>,
+)> {
     let port = match std::env::var("AINFTP_BIND") {
         Ok(v) => v
             .parse::<SocketAddrV4>()
@@ -93,9 +105,11 @@ fn open_dpdk_stack(args: &PerfArgs) -> Result<stack::runtime::InlineStack> {
             .port(),
         Err(_) => DPDK_RANK_PORT,
     };
-    let (_eal, rt) = crate::perf::quic::dpdk_runtime(args)?;
-    rt.into_inline(port)
-        .map_err(|e| Error::Usage(e.to_string()))
+    let (_eal, rt, arena) = crate::perf::quic::dpdk_runtime(args)?;
+    let stack = rt
+        .into_inline(port)
+        .map_err(|e| Error::Usage(e.to_string()))?;
+    Ok((stack, arena))
 }
 
 fn run_rank<B: Backend>(mut comm: Communicator<B>, args: &PerfArgs) -> Result<()> {
@@ -139,6 +153,12 @@ fn validate(args: &PerfArgs) -> Result<()> {
                 "{flag} is chosen per rank with --local-ranks --transport dpdk (each rank gets af_xdp on its own veth)"
             )));
         }
+    }
+    if args.mbuf_arena && args.transport != Transport::Dpdk {
+        return Err(Error::Usage(
+            "--mbuf-arena puts our DPDK stack's buffers in an arena: it needs --transport dpdk"
+                .into(),
+        ));
     }
     if args.minbytes > args.maxbytes {
         return Err(Error::Usage(format!(

@@ -1,6 +1,7 @@
 //! The virtual network of `--local-ranks N --transport dpdk`: a Linux
 //! bridge with one veth pair per rank; each rank runs our stack on
-//! net_af_xdp over its end, the other end is a bridge port. Ranks stay in
+//! net_af_xdp (or net_af_packet) over its end, the other end is a bridge
+//! port. Ranks stay in
 //! this network namespace (their rendezvous is TCP on 127.0.0.1); their
 //! QUIC traffic goes DPDK -> veth -> bridge -> veth -> DPDK. Removed on
 //! drop, also when a rank fails.
@@ -13,15 +14,25 @@ use crate::error::{Error, Result};
 /// Rank `i` gets 10.98.0.(i+1)/24 on its DPDK port.
 const SUBNET: [u8; 3] = [10, 98, 0];
 
+/// The PMD each rank runs on its veth end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pmd {
+    /// AF_XDP sockets: the fast one; receives into the PMD's own UMEM pool.
+    AfXdp,
+    /// AF_PACKET sockets: copies frames into any pool (an arena's too).
+    AfPacket,
+}
+
 pub struct VirtualNet {
     bridge: String,
     ranks: Vec<String>,
+    pmd: Pmd,
 }
 
 impl VirtualNet {
     /// Creates the bridge and `n` veth pairs (names carry our pid, so
     /// concurrent runs do not collide). Needs root.
-    pub fn create(n: usize) -> Result<VirtualNet> {
+    pub fn create(n: usize, pmd: Pmd) -> Result<VirtualNet> {
         if n > 253 {
             return Err(Error::Usage(format!(
                 "--transport dpdk: at most 253 local ranks, not {n}"
@@ -31,6 +42,7 @@ impl VirtualNet {
         let mut net = VirtualNet {
             bridge: format!("ac{pid}br"),
             ranks: Vec::new(),
+            pmd,
         };
         ip(&["link", "add", &net.bridge, "type", "bridge"])?;
         quiet_ipv6(&net.bridge);
@@ -52,9 +64,13 @@ impl VirtualNet {
 
     /// The per-rank flags: its port, address and lcore.
     pub fn rank_args(&self, rank: usize, lcore: u32) -> Vec<String> {
+        let driver = match self.pmd {
+            Pmd::AfXdp => "net_af_xdp",
+            Pmd::AfPacket => "net_af_packet",
+        };
         vec![
             "--vdev".into(),
-            format!("net_af_xdp{rank},iface={}", self.ranks[rank]),
+            format!("{driver}{rank},iface={}", self.ranks[rank]),
             "--ip".into(),
             format!("{}/24", Self::address(rank)),
             "--lcores".into(),
