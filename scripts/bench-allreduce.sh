@@ -5,6 +5,8 @@
 # printed with the ratio (Gloo time / ainftp time: >1 means ainftp is faster).
 #   RUNS=3 RANKS="2 4" MINBYTES=4 MAXBYTES=64M FACTOR=4 ITERS=10 WARMUP=3
 #   CODECS="f32 i16" TRANSPORTS="udp dpdk" PAYLOAD=1472 ./scripts/bench-allreduce.sh
+# PAYLOAD: UDP payload per datagram over kernel UDP; default: the route's
+# MTU (loopback) capped at 32 KiB, ainftp-perf's own default.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -17,7 +19,7 @@ ITERS=${ITERS:-10}
 WARMUP=${WARMUP:-3}
 CODECS=${CODECS:-"f32 i16"}
 TRANSPORTS=${TRANSPORTS:-"udp dpdk"}
-PAYLOAD=${PAYLOAD:-1472}
+PAYLOAD=${PAYLOAD:-}
 PY=/usr/bin/python3   # Debian's python3-torch (scripts/setup-host.sh)
 
 if ! "$PY" -c 'import torch.distributed as d; assert d.is_gloo_available()' 2>/dev/null; then
@@ -28,6 +30,8 @@ cargo build --release -j1 -p tools >&2
 PERF=target/release/ainftp-perf
 OUT=$(mktemp -d /tmp/bench-allreduce.XXXXXX)
 flags=(-b "$MINBYTES" -e "$MAXBYTES" -f "$FACTOR" -n "$ITERS" -w "$WARMUP")
+payload=()
+if [ -n "$PAYLOAD" ]; then payload=(--udp-payload "$PAYLOAD"); fi
 
 echo "# host: $(nproc) cores, $(uname -r); torch $("$PY" -c 'import torch; print(torch.__version__)'); results in $OUT" >&2
 for ranks in $RANKS; do
@@ -37,7 +41,7 @@ for ranks in $RANKS; do
                 echo "# ranks=$ranks run=$run ainftp transport=$transport codec=$codec" >&2
                 # libbpf's notes on stderr (af_xdp) go to a log.
                 "$PERF" allreduce --local-ranks "$ranks" --transport "$transport" --codec "$codec" \
-                    --udp-payload "$PAYLOAD" "${flags[@]}" --json \
+                    "${payload[@]}" "${flags[@]}" --json \
                     > "$OUT/ainftp_$transport-$ranks-$codec-$run.jsonl" 2>>"$OUT/stderr.log"
             done
         done

@@ -585,3 +585,38 @@ fn backpressure_case(gso: bool) {
     check(&got, &want, a.local_addr(), to.port(), "after backpressure");
     assert_eq!(a.stats().tx_datagrams, n as u64);
 }
+
+#[test]
+fn route_mtu_follows_the_interface_towards_the_peer() {
+    use stack::io::kernel::{route_mtu, route_payload};
+    let lo_mtu: usize = std::fs::read_to_string("/sys/class/net/lo/mtu")
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let local = SocketAddrV4::new(Ipv4Addr::LOCALHOST, 9);
+    // An IPv4 packet is at most 65535 bytes, whatever the device allows.
+    assert_eq!(route_mtu(local).unwrap(), lo_mtu.min(65535));
+    assert_eq!(
+        route_payload(local, 32768).unwrap(),
+        (lo_mtu - 28).min(32768)
+    );
+    assert_eq!(route_payload(local, 1200).unwrap(), 1200);
+
+    // A veth with a 1500-byte MTU: its subnet is reached through it, so
+    // the payload is 1472, whatever the cap above it.
+    let sh = |cmd: &str| {
+        let st = Command::new("sh").args(["-c", cmd]).status().unwrap();
+        assert!(st.success(), "{cmd}");
+    };
+    sh("ip link del ainfmtu0 2>/dev/null; \
+        ip link add ainfmtu0 type veth peer name ainfmtu1 && ip link set ainfmtu1 up && \
+        ip link set ainfmtu0 mtu 1500 up && ip addr add 10.78.0.1/24 dev ainfmtu0");
+    let beyond = SocketAddrV4::new(Ipv4Addr::new(10, 78, 0, 2), 9);
+    let payload = route_payload(beyond, 32768);
+    sh("ip link set ainfmtu0 mtu 9000");
+    let jumbo = route_payload(beyond, 32768);
+    sh("ip link del ainfmtu0");
+    assert_eq!(payload.unwrap(), 1472);
+    assert_eq!(jumbo.unwrap(), 8972);
+}

@@ -51,6 +51,17 @@ fn four_ranks_f32_all_reduce_is_exact_identical_and_aggregated() {
     ]);
     assert_eq!(rows.len(), 7, "8 B .. 2 MiB by 8x");
     assert!(rows.iter().all(|r| r["ranks"] == 4 && r["codec"] == "f32"));
+    // Datagrams follow the loopback MTU, capped at 32 KiB.
+    let lo_mtu: usize = std::fs::read_to_string("/sys/class/net/lo/mtu")
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let want = (lo_mtu - 28).min(32768);
+    assert!(
+        rows.iter().all(|r| r["datagram_bytes"] == want),
+        "{want}-byte datagrams expected: {rows:?}"
+    );
     check_rows(&rows, 1e-6, true);
     // Both algorithms ran: recursive doubling small, ring large.
     assert!(rows.iter().any(|r| r["algo"] == "rd"));
@@ -91,8 +102,11 @@ fn four_ranks_i16_all_reduce_is_within_the_documented_bound() {
             "i16",
             "--algo",
             algo,
+            "--udp-payload",
+            "1472",
             "--json",
         ]);
+        assert!(rows.iter().all(|r| r["datagram_bytes"] == 1472), "{rows:?}");
         // wrong == 0 means every element is within the crate's i16 bound.
         check_rows(&rows, 0.05, true);
         assert!(rows.iter().all(|r| r["algo"] == algo), "{rows:?}");

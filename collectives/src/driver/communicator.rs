@@ -105,9 +105,15 @@ impl Communicator<KernelUdp> {
     /// `MASTER_PORT` from the environment; binds `AINFTP_BIND` (default
     /// `0.0.0.0:0`), swaps addresses through rank 0's TCP rendezvous, then
     /// connects.
-    pub fn from_env(config: DriverConfig) -> Result<Self> {
+    pub fn from_env(mut config: DriverConfig) -> Result<Self> {
         // A bad environment fails before anything is bound.
-        RankEnv::from_env()?;
+        let env = RankEnv::from_env()?;
+        if let Some(cap) = config.follow_route_mtu {
+            let master = env.master()?;
+            config.udp.max_payload = stack::io::kernel::route_payload(master, cap)
+                .map_err(|e| Error::Transport(format!("route MTU to {master}: {e}")))?;
+            tracing::debug!(%master, payload = config.udp.max_payload, "datagrams sized by the route MTU");
+        }
         let bind = match std::env::var("AINFTP_BIND") {
             Ok(v) => v.parse().map_err(|_| Error::Env {
                 var: "AINFTP_BIND",
@@ -175,6 +181,11 @@ impl<B: Backend> Communicator<B> {
     /// Every rank's QUIC address, by rank.
     pub fn peers(&self) -> &[SocketAddrV4] {
         self.mesh.peers()
+    }
+
+    /// Bytes of UDP payload per datagram on the wire.
+    pub fn max_payload(&self) -> usize {
+        self.mesh.max_payload()
     }
 
     pub fn config(&self) -> &DriverConfig {

@@ -243,6 +243,11 @@ impl<B: Backend> Mesh<B> {
         self.world
     }
 
+    /// The largest UDP payload of the backend (QUIC's datagram size).
+    pub fn max_payload(&self) -> usize {
+        self.io.max_payload()
+    }
+
     pub fn peers(&self) -> &[SocketAddrV4] {
         &self.peers
     }

@@ -37,6 +37,27 @@ const GRO_BUF_LEN: usize = 65_535;
 /// Most buffers kept on the free list; beyond that sent buffers are freed.
 const FREE_LIST_MAX: usize = 4096;
 
+/// IPv4 (20) + UDP (8) header bytes.
+const IPV4_UDP_HEADERS: usize = 28;
+
+/// The MTU of the kernel's route to `to` (IP_MTU of a UDP socket connected
+/// to it; nothing is sent): 65536 over loopback, the interface's MTU
+/// otherwise.
+pub fn route_mtu(to: SocketAddrV4) -> io::Result<usize> {
+    let sock = UdpSocket::bind(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0))?;
+    sock.connect(to)?;
+    let mtu = nix::sys::socket::getsockopt(&sock, nix::sys::socket::sockopt::IpMtu)
+        .map_err(io::Error::from)?;
+    Ok(mtu as usize)
+}
+
+/// The largest UDP payload that crosses the route to `to` unfragmented,
+/// at most `cap`.
+pub fn route_payload(to: SocketAddrV4, cap: usize) -> io::Result<usize> {
+    let payload = route_mtu(to)?.saturating_sub(IPV4_UDP_HEADERS);
+    Ok(payload.min(cap).min(MAX_UDP_PAYLOAD_V4))
+}
+
 /// `ENOBUFS` on Linux: the device queue is full; treated like `WouldBlock`.
 const ENOBUFS: i32 = 105;
 

@@ -316,10 +316,12 @@ pub struct PerfArgs {
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=64))]
     pub local_ranks: Option<u16>,
 
-    /// Collectives: UDP payload bytes per datagram (1472 fits a
-    /// 1500-byte MTU; up to 65507 on loopback or jumbo frames).
-    #[arg(long, default_value_t = 1472, value_parser = clap::value_parser!(u16).range(1200..=65507))]
-    pub udp_payload: u16,
+    /// Collectives over kernel UDP: UDP payload bytes per datagram (1472
+    /// fits a 1500-byte MTU; up to 65507 on loopback or jumbo frames).
+    /// Default: the MTU of the route to MASTER_ADDR minus 28, at most
+    /// 32768 (loopback: 32768; a 1500-byte Ethernet: 1472).
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1200..=65507))]
+    pub udp_payload: Option<u16>,
 
     /// Collectives: microseconds the poll loop spins without traffic
     /// before sleeping in poll(2) (spinning costs a core per rank).

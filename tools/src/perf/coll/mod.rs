@@ -47,6 +47,8 @@ pub struct Row {
     pub idle_sleeps_per_op: f64,
     /// UDP payload bytes sent per collective, rank 0.
     pub wire_bytes_per_op: f64,
+    /// Largest UDP payload per datagram (QUIC's packet size), rank 0.
+    pub datagram_bytes: usize,
 }
 
 /// Runs the mode: spawns local ranks, or is one rank.
@@ -119,7 +121,7 @@ fn run_rank<B: Backend>(mut comm: Communicator<B>, args: &PerfArgs) -> Result<()
         std::process::exit(70);
     }
     if rank == 0 && !args.json {
-        print_header(args, world, comm.peers()[0]);
+        print_header(args, world, comm.peers()[0], comm.max_payload());
     }
     let mut bytes = args.minbytes;
     while bytes <= args.maxbytes {
@@ -196,8 +198,14 @@ fn driver_config(args: &PerfArgs) -> DriverConfig {
         timeout: Duration::from_secs_f64(args.timeout),
         spin: Duration::from_micros(args.spin_us),
         udp: KernelUdpConfig {
-            max_payload: args.udp_payload as usize,
+            max_payload: args
+                .udp_payload
+                .map_or(base.udp.max_payload, |p| p as usize),
             ..base.udp.clone()
+        },
+        follow_route_mtu: match args.udp_payload {
+            Some(_) => None,
+            None => base.follow_route_mtu,
         },
         quic: QuicConfig {
             congestion_control: args.cc.clone(),
@@ -288,6 +296,7 @@ fn measure<B: Backend>(comm: &mut Communicator<B>, args: &PerfArgs, bytes: u64) 
             }
         },
         algo: algo_name(comm, coll.op, count)?,
+        datagram_bytes: comm.max_payload(),
         time_us: secs * 1e6,
         algbw,
         busbw: algbw * bus_factor(args.mode, world),
@@ -322,11 +331,12 @@ fn all_identical<B: Backend>(comm: &mut Communicator<B>, hash: u64) -> Result<bo
     Ok((0..64).all(|k| !(bits[k] > 0.5 && bits[64 + k] > 0.5)))
 }
 
-fn print_header(args: &PerfArgs, world: usize, me: SocketAddrV4) {
+fn print_header(args: &PerfArgs, world: usize, me: SocketAddrV4, payload: usize) {
     let transport = match args.transport {
-        Transport::Udp => format!("kernel UDP (payload {} B)", args.udp_payload),
+        Transport::Udp => "kernel UDP".to_string(),
         Transport::Dpdk => format!("our DPDK stack ({me})"),
     };
+    let transport = format!("{transport}, {payload} B datagrams");
     println!(
         "# ainftp-perf {}: {world} ranks, QUIC over {transport}, {} conn/peer, {} warmup + {} timed iterations",
         args.mode.name(),
