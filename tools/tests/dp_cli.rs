@@ -3,7 +3,7 @@
 //! input gets one clear line and a non-zero exit.
 
 use std::net::UdpSocket;
-use std::process::{Command, Output, Stdio};
+use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 const DP: &str = env!("CARGO_BIN_EXE_ainftp-dp");
@@ -23,6 +23,41 @@ fn assert_one_line_error(args: &[&str], needle: &str) {
         .collect();
     assert_eq!(ours.len(), 1, "{args:?}: one error line expected: {stderr}");
     assert!(ours[0].contains(needle), "'{needle}' not in: {}", ours[0]);
+}
+
+/// Starts ainftp-dp on TAP device `iface` at 10.`net`.0.2/24 with a UDP
+/// echo on port 7 and `extra` flags, waits for the device and gives the
+/// kernel side 10.`net`.0.1/24.
+fn start_on_tap(iface: &str, net: u8, extra: &[&str]) -> Child {
+    let ip = format!("10.{net}.0.2/24");
+    let child = Command::new(DP)
+        .args([
+            "--lcores",
+            "0",
+            "--ip",
+            &ip,
+            "--tap-iface",
+            iface,
+            "--udp-echo",
+            "7",
+        ])
+        .args(extra)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The TAP interface appears once the port is up.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !sh(&format!("ip link show {iface}")).status.success() {
+        assert!(
+            Instant::now() < deadline,
+            "ainftp-dp did not bring up its TAP device"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let kernel = format!("ip addr add 10.{net}.0.1/24 dev {iface} && ip link set {iface} up");
+    assert!(sh(&kernel).status.success(), "{kernel}");
+    child
 }
 
 #[test]
@@ -80,38 +115,7 @@ fn bad_input_gets_one_clear_line() {
 
 #[test]
 fn answers_ping_and_udp_on_a_tap_device_and_stops_cleanly_on_sigterm() {
-    let child = Command::new(DP)
-        .args([
-            "--lcores",
-            "0",
-            "--ip",
-            "10.88.0.2/24",
-            "--tap-iface",
-            "ainfdp88",
-            "--udp-echo",
-            "7",
-            "--stats-period",
-            "0.5",
-            "--json",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    // The TAP interface appears once the port is up.
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !sh("ip link show ainfdp88").status.success() {
-        assert!(
-            Instant::now() < deadline,
-            "ainftp-dp did not bring up its TAP device"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    assert!(
-        sh("ip addr add 10.88.0.1/24 dev ainfdp88 && ip link set ainfdp88 up")
-            .status
-            .success()
-    );
+    let child = start_on_tap("ainfdp88", 88, &["--stats-period", "0.5", "--json"]);
     let ping = sh("ping -c 3 -i 0.2 -W 2 10.88.0.2");
     let ping_text = String::from_utf8_lossy(&ping.stdout);
     assert!(ping_text.contains("3 received"), "{ping_text}");
@@ -207,34 +211,10 @@ fn certs_makes_a_cluster_ca_and_node_certificates() {
 
 #[test]
 fn mbuf_arena_on_a_tap_device_echoes_every_size_and_returns_every_mbuf() {
-    let child = Command::new(DP)
-        .args([
-            "--lcores",
-            "0",
-            "--ip",
-            "10.89.0.2/24",
-            "--tap-iface",
-            "ainfdp89",
-            "--udp-echo",
-            "7",
-            "--mbuf-arena",
-            "--stats-period",
-            "0",
-            "--json",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !sh("ip link show ainfdp89").status.success() {
-        assert!(Instant::now() < deadline, "no TAP device");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    assert!(
-        sh("ip addr add 10.89.0.1/24 dev ainfdp89 && ip link set ainfdp89 up")
-            .status
-            .success()
+    let child = start_on_tap(
+        "ainfdp89",
+        89,
+        &["--mbuf-arena", "--stats-period", "0", "--json"],
     );
     let sock = UdpSocket::bind("10.89.0.1:0").unwrap();
     sock.set_read_timeout(Some(Duration::from_secs(2))).unwrap();

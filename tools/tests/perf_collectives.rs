@@ -9,7 +9,7 @@ use serde_json::Value;
 
 mod common;
 
-use common::PERF;
+use common::{check_rows, PERF};
 
 fn perf(args: &[&str]) -> Output {
     common::perf_output(args).0
@@ -18,17 +18,6 @@ fn perf(args: &[&str]) -> Output {
 /// The JSON rows of a successful run.
 fn rows(args: &[&str]) -> Vec<Value> {
     common::json_rows(&perf(args))
-}
-
-fn check_rows(rows: &[Value], max_err: f64, identical: bool) {
-    for r in rows {
-        assert_eq!(r["wrong"], 0, "{r}");
-        let err = r["max_rel_err"].as_f64().unwrap();
-        assert!(err <= max_err, "error {err} above {max_err}: {r}");
-        if identical {
-            assert_eq!(r["identical"], true, "ranks differ: {r}");
-        }
-    }
 }
 
 #[test]

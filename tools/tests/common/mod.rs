@@ -36,3 +36,16 @@ pub fn json_rows(out: &Output) -> Vec<Value> {
     assert!(!rows.is_empty(), "no rows: {stderr}");
     rows
 }
+
+/// Every row has no wrong element and an error within `max_err`; with
+/// `identical`, every rank's result was bit-identical.
+pub fn check_rows(rows: &[Value], max_err: f64, identical: bool) {
+    for r in rows {
+        assert_eq!(r["wrong"], 0, "{r}");
+        let err = r["max_rel_err"].as_f64().unwrap();
+        assert!(err <= max_err, "error {err} above {max_err}: {r}");
+        if identical {
+            assert_eq!(r["identical"], true, "ranks differ: {r}");
+        }
+    }
+}
