@@ -123,7 +123,7 @@ fn refuse_external_pool_on_af_xdp(device: &str, pool: &Mempool) -> Result<()> {
     if pool.external_memory().is_some() && device.starts_with("net_af_xdp") {
         return Err(Error::Config(format!(
             "{device}: net_af_xdp cannot receive into an external-memory (arena) pool; \
-             use net_tap or a PCI NIC, or the default pool"
+             use net_tap, net_af_packet or a PCI NIC, or the default pool"
         )));
     }
     Ok(())
