@@ -55,8 +55,7 @@ impl Mempool {
         data_room: u16,
         socket: Option<i32>,
     ) -> Result<Mempool> {
-        let cname = CString::new(name)
-            .map_err(|_| Error::InvalidArgument(format!("pool name {name:?} has a NUL")))?;
+        let cname = c_name(name)?;
         let socket = socket.unwrap_or(sys::SOCKET_ID_ANY);
         // SAFETY: EAL is initialised (we hold `eal`); the name is a valid C
         // string that DPDK copies.
@@ -64,16 +63,7 @@ impl Mempool {
             sys::rte_pktmbuf_pool_create(cname.as_ptr(), size, cache, 0, data_room, socket)
         };
         let raw = NonNull::new(raw).ok_or_else(|| from_rte_errno("rte_pktmbuf_pool_create"))?;
-        Ok(Mempool {
-            inner: Arc::new(PoolInner {
-                raw,
-                name: name.to_owned(),
-                size,
-                data_room,
-                ext: ManuallyDrop::new(None),
-                eal: ManuallyDrop::new(eal.clone()),
-            }),
-        })
+        Ok(Mempool::wrap(eal, raw, name, size, data_room, None))
     }
 
     /// A pool of `size` mbufs whose data buffers (`data_room` bytes each,
@@ -98,8 +88,7 @@ impl Mempool {
         range: std::ops::Range<usize>,
         keep_alive: Box<dyn Send + Sync>,
     ) -> Result<Mempool> {
-        let cname = CString::new(name)
-            .map_err(|_| Error::InvalidArgument(format!("pool name {name:?} has a NUL")))?;
+        let cname = c_name(name)?;
         if range.start > range.end || range.end > ext.len() {
             return Err(Error::InvalidArgument(format!(
                 "range {range:?} is outside the external memory ({} bytes)",
@@ -160,19 +149,38 @@ impl Mempool {
             elt_size,
             "extbuf mempool created"
         );
-        Ok(Mempool {
+        let backing = ExtBacking {
+            mem: ext.clone(),
+            _keep_alive: keep_alive,
+        };
+        Ok(Mempool::wrap(
+            eal,
+            raw,
+            name,
+            size,
+            data_room,
+            Some(backing),
+        ))
+    }
+
+    fn wrap(
+        eal: &Eal,
+        raw: NonNull<sys::rte_mempool>,
+        name: &str,
+        size: u32,
+        data_room: u16,
+        ext: Option<ExtBacking>,
+    ) -> Mempool {
+        Mempool {
             inner: Arc::new(PoolInner {
                 raw,
                 name: name.to_owned(),
                 size,
                 data_room,
-                ext: ManuallyDrop::new(Some(ExtBacking {
-                    mem: ext.clone(),
-                    _keep_alive: keep_alive,
-                })),
+                ext: ManuallyDrop::new(ext),
                 eal: ManuallyDrop::new(eal.clone()),
             }),
-        })
+        }
     }
 
     pub fn name(&self) -> &str {
@@ -245,6 +253,10 @@ impl Mempool {
     pub fn as_ptr(&self) -> *mut sys::rte_mempool {
         self.inner.raw.as_ptr()
     }
+}
+
+fn c_name(name: &str) -> Result<CString> {
+    CString::new(name).map_err(|_| Error::InvalidArgument(format!("pool name {name:?} has a NUL")))
 }
 
 impl std::fmt::Debug for Mempool {

@@ -167,17 +167,7 @@ fn dead_peer_is_a_clear_error_not_a_hang() {
         "--fault-exit-rank",
         "2",
     ]);
-    let took = start.elapsed();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "{stderr}");
-    assert!(took < Duration::from_secs(30), "took {took:?}: {stderr}");
-    assert!(!stderr.contains("panicked"), "{stderr}");
-    // The survivors name the dead rank.
-    let named = stderr
-        .lines()
-        .filter(|l| l.contains("rank 2") && l.contains("sent nothing"))
-        .count();
-    assert!(named >= 1, "{stderr}");
+    common::assert_dead_rank_named(&out, start.elapsed(), Duration::from_secs(30));
 }
 
 #[test]

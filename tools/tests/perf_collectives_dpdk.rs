@@ -173,17 +173,7 @@ fn dead_dpdk_rank_is_a_clear_error_and_the_network_is_removed() {
         "--fault-exit-rank",
         "2",
     ]);
-    let took = start.elapsed();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "{stderr}");
-    assert!(took < Duration::from_secs(40), "took {took:?}: {stderr}");
-    assert!(!stderr.contains("panicked"), "{stderr}");
-    assert!(
-        stderr
-            .lines()
-            .any(|l| l.contains("rank 2") && l.contains("sent nothing")),
-        "{stderr}"
-    );
+    common::assert_dead_rank_named(&out, start.elapsed(), Duration::from_secs(40));
     assert_eq!(
         links_left(pid),
         Vec::<String>::new(),
