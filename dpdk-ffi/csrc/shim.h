@@ -21,8 +21,6 @@ int ainftp_pktmbuf_alloc_bulk(struct rte_mempool *mp, struct rte_mbuf **mbufs, u
 void ainftp_pktmbuf_free(struct rte_mbuf *m);
 void *ainftp_pktmbuf_mtod(struct rte_mbuf *m);
 char *ainftp_pktmbuf_append(struct rte_mbuf *m, uint16_t len);
-char *ainftp_pktmbuf_prepend(struct rte_mbuf *m, uint16_t len);
-char *ainftp_pktmbuf_adj(struct rte_mbuf *m, uint16_t len);
 int ainftp_pktmbuf_trim(struct rte_mbuf *m, uint16_t len);
 uint16_t ainftp_pktmbuf_headroom(const struct rte_mbuf *m);
 uint16_t ainftp_pktmbuf_tailroom(const struct rte_mbuf *m);

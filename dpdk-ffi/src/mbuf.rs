@@ -98,37 +98,69 @@ impl Mbuf {
     /// contents are whatever the buffer held; callers overwrite them).
     pub fn append(&mut self, len: usize) -> Result<&mut [u8]> {
         let l = fits(len, self.tailroom(), "tailroom")?;
-        // SAFETY: we own the mbuf and checked the tailroom, so append
-        // succeeds and returns a pointer to `len` bytes inside the buffer.
+        if self.hdr().nb_segs != 1 {
+            // SAFETY: we own the mbuf and checked the tailroom, so append
+            // succeeds and returns a pointer to `len` bytes inside the buffer.
+            unsafe {
+                let p = sys::ainftp_pktmbuf_append(self.raw.as_ptr(), l);
+                return Ok(std::slice::from_raw_parts_mut(p as *mut u8, len));
+            }
+        }
+        // One segment: what rte_pktmbuf_append does, inline. These edits run
+        // per packet, and a call into the C shim costs more than the work.
+        let h = self.hdr_mut();
+        let end = h.data_off as usize + h.data_len as usize;
+        h.data_len += l;
+        h.pkt_len += u32::from(l);
+        // SAFETY: end + len <= buf_len (tailroom checked): inside the buffer.
         unsafe {
-            let p = sys::ainftp_pktmbuf_append(self.raw.as_ptr(), l);
-            Ok(std::slice::from_raw_parts_mut(p as *mut u8, len))
+            Ok(std::slice::from_raw_parts_mut(
+                (h.buf_addr as *mut u8).add(end),
+                len,
+            ))
         }
     }
 
     /// Grow the data at the front by `len` bytes (into the headroom).
     pub fn prepend(&mut self, len: usize) -> Result<&mut [u8]> {
         let l = fits(len, self.headroom(), "headroom")?;
-        // SAFETY: we own the mbuf and checked the headroom.
+        // What rte_pktmbuf_prepend does (first segment only), inline.
+        let h = self.hdr_mut();
+        h.data_off -= l;
+        h.data_len += l;
+        h.pkt_len += u32::from(l);
+        // SAFETY: the headroom check keeps the new front inside the buffer,
+        // and the `len` bytes after it were data or headroom.
         unsafe {
-            let p = sys::ainftp_pktmbuf_prepend(self.raw.as_ptr(), l);
-            Ok(std::slice::from_raw_parts_mut(p as *mut u8, len))
+            Ok(std::slice::from_raw_parts_mut(
+                (h.buf_addr as *mut u8).add(h.data_off as usize),
+                len,
+            ))
         }
     }
 
     /// Remove `len` bytes from the front (e.g. a parsed header).
     pub fn adj(&mut self, len: usize) -> Result<()> {
         let l = fits(len, self.len(), "data")?;
-        // SAFETY: we own the mbuf and len <= data_len.
-        unsafe { sys::ainftp_pktmbuf_adj(self.raw.as_ptr(), l) };
+        // What rte_pktmbuf_adj does (first segment only), inline.
+        let h = self.hdr_mut();
+        h.data_off += l;
+        h.data_len -= l;
+        h.pkt_len -= u32::from(l);
         Ok(())
     }
 
     /// Remove `len` bytes from the end.
     pub fn trim(&mut self, len: usize) -> Result<()> {
         let l = fits(len, self.len(), "data")?;
-        // SAFETY: we own the mbuf and len <= data_len.
-        unsafe { sys::ainftp_pktmbuf_trim(self.raw.as_ptr(), l) };
+        if self.hdr().nb_segs != 1 {
+            // SAFETY: we own the mbuf and len <= data_len.
+            unsafe { sys::ainftp_pktmbuf_trim(self.raw.as_ptr(), l) };
+            return Ok(());
+        }
+        let h = self.hdr_mut();
+        h.data_len -= l;
+        h.pkt_len -= u32::from(l);
         Ok(())
     }
 

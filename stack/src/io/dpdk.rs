@@ -29,20 +29,13 @@ pub struct UdpMbuf {
     mbuf: Mbuf,
     peer: SocketAddrV4,
     local_port: u16,
-    capacity: usize,
-    /// Set on receive and kept while the payload is untouched: a reply to
-    /// the sender can then reuse the received headers turned around (the
-    /// checksums stay valid) instead of building new ones.
-    turnaround: Option<Turnaround>,
-}
-
-#[derive(Debug, Clone, Copy)]
-struct Turnaround {
-    /// Header bytes stripped in front of the payload.
-    hdr_len: usize,
-    peer: SocketAddrV4,
-    local_port: u16,
-    payload_len: usize,
+    capacity: u32,
+    /// Header bytes stripped in front of the payload on receive, kept while
+    /// the payload, its length and its addresses are untouched (0 after):
+    /// a reply to the sender can then reuse the received headers turned
+    /// around (the checksums stay valid) instead of building new ones.
+    /// The struct stays small because it is moved through every burst.
+    turnaround: u16,
 }
 
 impl UdpMbuf {
@@ -57,13 +50,13 @@ impl Datagram for UdpMbuf {
     }
 
     fn payload_mut(&mut self) -> &mut [u8] {
-        self.turnaround = None;
+        self.turnaround = 0;
         self.mbuf.data_mut()
     }
 
     fn set_len(&mut self, len: usize) {
-        self.turnaround = None;
-        let len = len.min(self.capacity);
+        self.turnaround = 0;
+        let len = len.min(self.capacity as usize);
         let cur = self.mbuf.len();
         // Both fit: capacity was bounded by the tailroom at allocation.
         if len > cur {
@@ -74,7 +67,7 @@ impl Datagram for UdpMbuf {
     }
 
     fn capacity(&self) -> usize {
-        self.capacity
+        self.capacity as usize
     }
 
     fn peer(&self) -> SocketAddrV4 {
@@ -82,6 +75,9 @@ impl Datagram for UdpMbuf {
     }
 
     fn set_peer(&mut self, peer: SocketAddrV4) {
+        if peer != self.peer {
+            self.turnaround = 0;
+        }
         self.peer = peer;
     }
 
@@ -90,6 +86,9 @@ impl Datagram for UdpMbuf {
     }
 
     fn set_local_port(&mut self, port: u16) {
+        if port != self.local_port {
+            self.turnaround = 0;
+        }
         self.local_port = port;
     }
 }
@@ -325,11 +324,8 @@ impl DpdkIo {
     /// A reply to the sender of an untouched payload: turn the received
     /// headers around. False when `d` does not qualify.
     fn turn_around(&mut self, d: &mut UdpMbuf) -> bool {
-        let Some(t) = d.turnaround.take() else {
-            return false;
-        };
-        let same = t.peer == d.peer && t.local_port == d.local_port;
-        if !same || d.mbuf.len() != t.payload_len || d.mbuf.prepend(t.hdr_len).is_err() {
+        let hdr_len = std::mem::take(&mut d.turnaround);
+        if hdr_len == 0 || d.mbuf.prepend(usize::from(hdr_len)).is_err() {
             return false;
         }
         self.host.turn_around(d.mbuf.data_mut());
@@ -464,13 +460,9 @@ impl PacketIo for DpdkIo {
                         mbuf: m,
                         peer: meta.peer,
                         local_port: meta.local_port,
-                        capacity: meta.payload_len.max(*max_payload),
-                        turnaround: Some(Turnaround {
-                            hdr_len: meta.payload_offset,
-                            peer: meta.peer,
-                            local_port: meta.local_port,
-                            payload_len: meta.payload_len,
-                        }),
+                        capacity: meta.payload_len.max(*max_payload) as u32,
+                        // Headers fit in the headroom's u16 by construction.
+                        turnaround: meta.payload_offset as u16,
                     });
                 }
                 Verdict::Reply { len } => {
@@ -490,13 +482,13 @@ impl PacketIo for DpdkIo {
     fn alloc(&mut self) -> Option<UdpMbuf> {
         match self.pool.alloc() {
             Ok(mbuf) => {
-                let capacity = self.max_payload.min(mbuf.tailroom());
+                let capacity = self.max_payload.min(mbuf.tailroom()) as u32;
                 Some(UdpMbuf {
                     mbuf,
                     peer: SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0),
                     local_port: 0,
                     capacity,
-                    turnaround: None,
+                    turnaround: 0,
                 })
             }
             Err(_) => {

@@ -50,11 +50,8 @@ impl<B: crate::io::Datagram> ServicesApp<B> {
 impl<P: PacketIo> LcoreApp<P> for ServicesApp<P::Buf> {
     fn poll(&mut self, io: &mut P) -> usize {
         let got = io.recv_burst(&mut self.rx, RX_BURST);
-        for d in self.rx.drain(..) {
-            if self.services.dispatch(d, &mut self.tx).is_err() {
-                self.ours.drop(DropReason::NoListener);
-            }
-        }
+        let unclaimed = self.services.dispatch_all(&mut self.rx, &mut self.tx);
+        self.ours.drops[DropReason::NoListener as usize] += unclaimed as u64;
         if self.tx.len() > MAX_PENDING_TX {
             let excess = self.tx.len() - MAX_PENDING_TX;
             self.tx.truncate(MAX_PENDING_TX);

@@ -7,6 +7,16 @@ use crate::io::Datagram;
 /// (or any datagrams to send) go into `out`.
 pub trait UdpHandler<B: Datagram>: Send {
     fn on_datagram(&mut self, d: B, out: &mut Vec<B>);
+
+    /// A whole burst for this port at once: take every datagram off `rx`.
+    /// A handler that can treat a burst as a whole overrides this: moving
+    /// datagrams one by one through a dyn call costs more than echoing a
+    /// small one.
+    fn on_burst(&mut self, rx: &mut Vec<B>, out: &mut Vec<B>) {
+        for d in rx.drain(..) {
+            self.on_datagram(d, out);
+        }
+    }
 }
 
 /// Sends every datagram back to where it came from, in the same buffer:
@@ -18,6 +28,10 @@ pub struct Echo;
 impl<B: Datagram> UdpHandler<B> for Echo {
     fn on_datagram(&mut self, d: B, out: &mut Vec<B>) {
         out.push(d);
+    }
+
+    fn on_burst(&mut self, rx: &mut Vec<B>, out: &mut Vec<B>) {
+        out.append(rx);
     }
 }
 
@@ -50,15 +64,101 @@ impl<B: Datagram> Services<B> {
         self.handlers.iter().map(|(p, _)| *p).collect()
     }
 
-    /// Route `d` to its port's handler; gives it back if nobody listens.
-    pub fn dispatch(&mut self, d: B, out: &mut Vec<B>) -> Result<(), B> {
-        let port = d.local_port();
-        match self.handlers.iter_mut().find(|(p, _)| *p == port) {
-            Some((_, h)) => {
-                h.on_datagram(d, out);
-                Ok(())
-            }
-            None => Err(d),
+    /// Route every datagram of `rx` to its port's handler, in order, and
+    /// empty `rx`. Returns how many had no listener (dropped). A burst all
+    /// for one port, the usual case, goes to its handler in one call.
+    pub fn dispatch_all(&mut self, rx: &mut Vec<B>, out: &mut Vec<B>) -> usize {
+        let Some(first) = rx.first() else {
+            return 0;
+        };
+        let port = first.local_port();
+        if rx.iter().all(|d| d.local_port() == port) {
+            return match self.find(port) {
+                Some(h) => {
+                    h.on_burst(rx, out);
+                    0
+                }
+                None => std::mem::take(rx).len(),
+            };
         }
+        let mut unclaimed = 0;
+        for d in rx.drain(..) {
+            match self.handlers.iter_mut().find(|(p, _)| *p == d.local_port()) {
+                Some((_, h)) => h.on_datagram(d, out),
+                None => unclaimed += 1,
+            }
+        }
+        unclaimed
+    }
+
+    fn find(&mut self, port: u16) -> Option<&mut Box<dyn UdpHandler<B>>> {
+        self.handlers
+            .iter_mut()
+            .find(|(p, _)| *p == port)
+            .map(|(_, h)| h)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::io::heap::HeapDatagram;
+    use std::net::{Ipv4Addr, SocketAddrV4};
+
+    /// Remembers what it saw, in order, and answers nothing.
+    struct Log(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+    impl UdpHandler<HeapDatagram> for Log {
+        fn on_datagram(&mut self, d: HeapDatagram, _out: &mut Vec<HeapDatagram>) {
+            self.0.lock().unwrap().push(d.payload()[0]);
+        }
+    }
+
+    fn datagram(port: u16, tag: u8) -> HeapDatagram {
+        let mut d = HeapDatagram::new(8);
+        d.set_len(1);
+        d.payload_mut()[0] = tag;
+        d.set_local_port(port);
+        d.set_peer(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 9));
+        d
+    }
+
+    #[test]
+    fn dispatch_all_routes_each_datagram_to_its_port_in_order_and_counts_the_unclaimed() {
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let mut services = Services::new();
+        services.listen(7, Box::new(Echo));
+        services.listen(9, Box::new(Log(seen.clone())));
+        // Ports interleaved, and two datagrams for nobody.
+        let ports = [7, 7, 9, 9, 9, 5, 7, 9, 5, 7];
+        let mut rx: Vec<_> = ports
+            .iter()
+            .enumerate()
+            .map(|(i, &p)| datagram(p, i as u8))
+            .collect();
+        let mut out = Vec::new();
+        let unclaimed = services.dispatch_all(&mut rx, &mut out);
+        assert_eq!(unclaimed, 2);
+        assert!(rx.is_empty());
+        // Each handler saw its own datagrams, in arrival order.
+        let echoed: Vec<u8> = out.iter().map(|d| d.payload()[0]).collect();
+        assert_eq!(echoed, [0, 1, 6, 9]);
+        assert!(out.iter().all(|d| d.local_port() == 7));
+        assert_eq!(*seen.lock().unwrap(), [2, 3, 4, 7]);
+    }
+
+    #[test]
+    fn a_burst_for_one_port_goes_whole_to_its_handler_or_is_counted_unclaimed() {
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let mut services = Services::new();
+        services.listen(9, Box::new(Log(seen.clone())));
+        let mut out = Vec::new();
+        let mut rx: Vec<_> = (0..5).map(|i| datagram(9, i)).collect();
+        assert_eq!(services.dispatch_all(&mut rx, &mut out), 0);
+        assert_eq!(*seen.lock().unwrap(), [0, 1, 2, 3, 4]);
+        let mut rx: Vec<_> = (0..3).map(|i| datagram(4, i)).collect();
+        assert_eq!(services.dispatch_all(&mut rx, &mut out), 3);
+        assert!(rx.is_empty() && out.is_empty());
+        assert_eq!(services.dispatch_all(&mut rx, &mut out), 0);
     }
 }
