@@ -210,3 +210,82 @@ fn simd_rounds_exact_ties_to_even() {
         assert_eq!(got, want, "{}", isa.name());
     }
 }
+
+/// The fused hop kernels (fold a chunk, measure its absmax in the same
+/// pass, quantize with that absmax) give exactly what the separate kernels
+/// give, on every instruction set, for lengths around every vector width.
+#[test]
+fn fused_accumulate_absmax_then_quantize_matches_the_separate_kernels() {
+    let scalar = Isa::scalar();
+    let lens = (0..70).chain([127, 128, 129, 1000, 4099, 16384]);
+    for (k, n) in lens.enumerate() {
+        for mag in [1.0f32, 3.7e-20, 6.1e18] {
+            let x = data(n, k as u64 + 7, mag);
+            let mut payload = vec![0u8; 2 * n];
+            let scale = scalar
+                .quantize(&x, Rounding::Nearest, 1, &mut payload)
+                .unwrap();
+            for bound in [f32::INFINITY, 0.3 * mag] {
+                let acc0 = data(n, k as u64 + 99, mag);
+                let mut acc_want = acc0.clone();
+                scalar.accumulate(&mut acc_want, &payload, scale, bound);
+                let absmax_want = scalar.absmax(&acc_want).unwrap();
+                for isa in Isa::available() {
+                    let mut acc = acc0.clone();
+                    let absmax = isa.accumulate_absmax(&mut acc, &payload, scale, bound);
+                    assert!(
+                        acc.iter()
+                            .zip(&acc_want)
+                            .all(|(a, b)| a.to_bits() == b.to_bits()),
+                        "{} accumulate_absmax values n={n}",
+                        isa.name()
+                    );
+                    assert_eq!(
+                        absmax.map(f32::to_bits),
+                        Some(absmax_want.to_bits()),
+                        "{} absmax n={n} mag={mag}",
+                        isa.name()
+                    );
+                    for rounding in [Rounding::Nearest, Rounding::Stochastic] {
+                        let mut want = vec![0u8; 2 * n];
+                        let ws = isa.quantize(&acc, rounding, 5, &mut want).unwrap();
+                        let mut got = vec![0u8; 2 * n];
+                        let gs = isa
+                            .quantize_with_absmax(&acc, absmax.unwrap(), rounding, 5, &mut got)
+                            .unwrap();
+                        assert_eq!((gs.to_bits(), &got), (ws.to_bits(), &want));
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A fold that overflows reports no absmax (the caller then lets
+/// `quantize` find and name the bad element) but still folds every element.
+#[test]
+fn fused_accumulate_absmax_reports_overflow_and_still_folds_everything() {
+    let n = 100;
+    let mut payload = vec![0u8; 2 * n];
+    let scale = Isa::scalar()
+        .quantize(&vec![1.0f32; n], Rounding::Nearest, 0, &mut payload)
+        .unwrap();
+    for at in [0, 17, 63, 99] {
+        for isa in Isa::available() {
+            let mut acc = vec![0.5f32; n];
+            acc[at] = f32::MAX;
+            let big = scale * 1e38;
+            let absmax = isa.accumulate_absmax(&mut acc, &payload, big, f32::INFINITY);
+            assert_eq!(absmax, None, "{} overflow at {at}", isa.name());
+            assert!(acc[at].is_infinite());
+            let finite: Vec<_> = (0..n).filter(|&i| i != at).collect();
+            assert!(
+                finite.iter().all(|&i| acc[i] == 0.5 + 32767.0 * big),
+                "{} every other element folded",
+                isa.name()
+            );
+            let err = isa.quantize(&acc, Rounding::Nearest, 0, &mut payload.clone());
+            assert!(err.is_err());
+        }
+    }
+}

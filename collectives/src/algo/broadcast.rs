@@ -109,6 +109,7 @@ impl Algorithm for Broadcast {
             salt: ctx.rank as u32,
             replace: true,
             residual_weight: 0.0,
+            absmax: None,
         };
         for c in 0..num_chunks(&span, ctx.chunk_elems) {
             let r = chunk_range(&span, ctx.chunk_elems, c);

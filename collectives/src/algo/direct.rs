@@ -89,6 +89,7 @@ impl Direct {
             salt: ctx.rank as u32,
             replace: true,
             residual_weight: weight,
+            absmax: None,
         };
         let codec = ctx.codec;
         let bytes = ctx.encode(codec, 1, c, r.start, &mut buf[r], q)?;

@@ -47,6 +47,9 @@ pub(crate) struct Quant {
     /// Weight of this quantization's error in the error-feedback residual
     /// (0: not recorded; N for an average produced by dividing by N).
     pub residual_weight: f32,
+    /// `max |v|` of the values when the fold that produced them measured
+    /// it (`Ctx::fold`): quantizing then skips its own pass to find it.
+    pub absmax: Option<f32>,
 }
 
 impl Quant {
@@ -55,7 +58,13 @@ impl Quant {
             salt: salt as u32,
             replace: false,
             residual_weight: 1.0,
+            absmax: None,
         }
+    }
+
+    /// The same, for values whose absmax the fold measured.
+    pub fn measured(self, absmax: Option<f32>) -> Quant {
+        Quant { absmax, ..self }
     }
 }
 
@@ -167,9 +176,13 @@ impl Ctx {
             Codec::I16(rounding) => {
                 let seed = self.seed_for(step, chunk as u32, q.salt);
                 out.resize(HEADER_LEN + 2 * values.len(), 0);
-                let scale = self
-                    .isa
-                    .quantize(values, rounding, seed, &mut out[HEADER_LEN..])?;
+                let payload = &mut out[HEADER_LEN..];
+                let scale = match q.absmax {
+                    Some(m) => self
+                        .isa
+                        .quantize_with_absmax(values, m, rounding, seed, payload)?,
+                    None => self.isa.quantize(values, rounding, seed, payload)?,
+                };
                 let mut h = self.header(CodecId::I16, step, chunk, offset, values.len());
                 h.scale = scale;
                 h.write((&mut out[..HEADER_LEN]).try_into().expect("header size"));
@@ -244,15 +257,23 @@ impl Ctx {
     }
 
     /// Folds a contribution into `acc` straight from the payload bytes.
-    pub fn fold(&self, acc: &mut [f32], msg: &Message<'_>, contributions: usize) {
+    /// Returns `max |acc_i|` afterwards when it came for free (an i16 sum,
+    /// all finite), for `Quant::measured`.
+    pub fn fold(&self, acc: &mut [f32], msg: &Message<'_>, contributions: usize) -> Option<f32> {
+        let bound = self.bound(contributions);
         match msg.header.codec {
             CodecId::F32 => self.combine.f32_into(acc, msg.payload),
+            CodecId::I16 if self.combine == Combine::Sum => {
+                return self
+                    .isa
+                    .accumulate_absmax(acc, msg.payload, msg.header.scale, bound);
+            }
             CodecId::I16 => {
-                let bound = self.bound(contributions);
                 self.combine
                     .i16_into(self.isa, acc, msg.payload, msg.header.scale, bound)
             }
         }
+        None
     }
 
     /// Overwrites `out` with a message's values (clamped to `bound`).

@@ -131,6 +131,7 @@ impl Rd {
             salt: (vid >> s) as u32,
             replace: true,
             residual_weight: if leader { 1.0 } else { 0.0 },
+            absmax: None,
         };
         ctx.send_chunk(partner, (1 + s) as u16, c, range.start, &mut buf[range], q)
     }
@@ -158,6 +159,7 @@ impl Rd {
                     salt: 0,
                     replace: false,
                     residual_weight: 0.0,
+                    absmax: None,
                 };
                 let bytes = ctx.encode(
                     Codec::F32,
@@ -344,6 +346,7 @@ impl RdGather {
             salt: ctx.rank as u32,
             replace: true,
             residual_weight: 0.0,
+            absmax: None,
         };
         for c in 0..num_chunks(&span, ctx.chunk_elems) {
             let r = chunk_range(&span, ctx.chunk_elems, c);

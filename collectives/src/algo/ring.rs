@@ -90,6 +90,7 @@ impl Ring {
             salt: ctx.rank as u32,
             replace: true,
             residual_weight: weight,
+            absmax: None,
         };
         let chunks = match chunk {
             Some(c) => c..c + 1,
@@ -169,7 +170,7 @@ impl Algorithm for Ring {
         mark_seen(&mut self.seen, step * self.max_chunks + c, from, msg)?;
         self.received += 1;
         if in_reduce {
-            ctx.fold(&mut buf[range.clone()], msg, t + 1);
+            let absmax = ctx.fold(&mut buf[range.clone()], msg, t + 1);
             if t + 2 < n {
                 ctx.send_chunk(
                     (r + 1) % n,
@@ -177,7 +178,7 @@ impl Algorithm for Ring {
                     c,
                     range.start,
                     &mut buf[range],
-                    Quant::partial(r),
+                    Quant::partial(r).measured(absmax),
                 )?;
             } else {
                 // This rank owns the block: the chunk is final.

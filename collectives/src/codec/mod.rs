@@ -153,8 +153,25 @@ impl Isa {
         if x.len() > MAX_I16_CHUNK {
             return Err(Error::ChunkTooLong(x.len()));
         }
+        let absmax = self.absmax(x)?;
+        self.quantize_with_absmax(x, absmax, rounding, seed, out)
+    }
+
+    /// `quantize` when `absmax` (`max |x_i|`, all finite) is already known,
+    /// e.g. from `accumulate_absmax`: one pass over `x` instead of two.
+    pub fn quantize_with_absmax(
+        self,
+        x: &[f32],
+        absmax: f32,
+        rounding: Rounding,
+        seed: u32,
+        out: &mut [u8],
+    ) -> Result<f32> {
+        if x.len() > MAX_I16_CHUNK {
+            return Err(Error::ChunkTooLong(x.len()));
+        }
         let out = &mut out[..2 * x.len()];
-        let (scale, inv) = chunk_scale(self.absmax(x)?);
+        let (scale, inv) = chunk_scale(absmax);
         if scale == 0.0 {
             out.fill(0);
             return Ok(0.0);
@@ -219,6 +236,34 @@ impl Isa {
             // SAFETY: as above.
             #[cfg(target_arch = "x86_64")]
             Level::Avx512 => unsafe { x86::accumulate_avx512(acc, payload, scale, bound) },
+        }
+    }
+
+    /// `accumulate`, returning `max |acc_i|` of the result as `absmax`
+    /// would (`None` if a result is not finite), measured in the same pass.
+    /// A ring hop folds a chunk and then quantizes the partial sum it
+    /// forwards: with this and `quantize_with_absmax` it reads the
+    /// accumulator twice instead of three times.
+    pub fn accumulate_absmax(
+        self,
+        acc: &mut [f32],
+        payload: &[u8],
+        scale: f32,
+        bound: f32,
+    ) -> Option<f32> {
+        assert_eq!(
+            payload.len(),
+            2 * acc.len(),
+            "payload/accumulator length mismatch"
+        );
+        match self.0 {
+            Level::Scalar => scalar::accumulate_absmax(acc, payload, scale, bound),
+            // SAFETY: an Isa of this level exists only if the CPU supports it.
+            #[cfg(target_arch = "x86_64")]
+            Level::Avx2 => unsafe { x86::accumulate_absmax_avx2(acc, payload, scale, bound) },
+            // SAFETY: as above.
+            #[cfg(target_arch = "x86_64")]
+            Level::Avx512 => unsafe { x86::accumulate_absmax_avx512(acc, payload, scale, bound) },
         }
     }
 }

@@ -51,3 +51,24 @@ pub fn accumulate(acc: &mut [f32], payload: &[u8], scale: f32, bound: f32) {
         *a += v;
     }
 }
+
+/// `accumulate`, also returning `max |acc_i|` of the updated accumulator
+/// (what `absmax` would return), or `None` if an updated value is not
+/// finite. One pass where a hop that forwards its partial sum would
+/// otherwise read the accumulator twice.
+pub fn accumulate_absmax(acc: &mut [f32], payload: &[u8], scale: f32, bound: f32) -> Option<f32> {
+    let mut m = 0.0f32;
+    let mut finite = true;
+    for (a, q) in acc.iter_mut().zip(payload.chunks_exact(2)) {
+        let v = i16::from_le_bytes([q[0], q[1]]) as f32 * scale;
+        let v = if v < -bound { -bound } else { v };
+        let v = if v > bound { bound } else { v };
+        *a += v;
+        let x = a.abs();
+        finite &= x.is_finite();
+        if x > m {
+            m = x;
+        }
+    }
+    finite.then_some(m)
+}

@@ -202,6 +202,74 @@ pub fn accumulate_avx2(acc: &mut [f32], payload: &[u8], scale: f32, bound: f32) 
     scalar::accumulate(&mut acc[body..], &payload[2 * body..], scale, bound);
 }
 
+#[target_feature(enable = "avx2")]
+pub fn accumulate_absmax_avx2(
+    acc: &mut [f32],
+    payload: &[u8],
+    scale: f32,
+    bound: f32,
+) -> Option<f32> {
+    // Without a clip policy the bound is infinite and clamping to it
+    // changes no value (q * scale is never NaN): skip the two instructions.
+    if bound == f32::INFINITY {
+        accumulate_absmax_avx2_impl::<false>(acc, payload, scale, bound)
+    } else {
+        accumulate_absmax_avx2_impl::<true>(acc, payload, scale, bound)
+    }
+}
+
+#[target_feature(enable = "avx2")]
+fn accumulate_absmax_avx2_impl<const CLAMP: bool>(
+    acc: &mut [f32],
+    payload: &[u8],
+    scale: f32,
+    bound: f32,
+) -> Option<f32> {
+    let s = _mm256_set1_ps(scale);
+    let hi = _mm256_set1_ps(bound);
+    let lo = _mm256_set1_ps(-bound);
+    let abs_mask = _mm256_set1_epi32(0x7fff_ffff);
+    // The max is taken over the bits of |r| as integers: for non-negative
+    // floats that order is the float order, and infinities and NaNs (bits
+    // above f32::MAX's) win it, so one instruction both finds the absmax
+    // and flags a non-finite sum. Two chains hide the max latency.
+    let mut m = [_mm256_setzero_si256(); 2];
+    let body = acc.len() / 16 * 16;
+    let mut i = 0;
+    while i < body {
+        for (k, mk) in m.iter_mut().enumerate() {
+            let at = i + 8 * k;
+            let mut v = _mm256_mul_ps(load_q8_avx2(payload, at), s);
+            if CLAMP {
+                v = _mm256_min_ps(_mm256_max_ps(v, lo), hi);
+            }
+            // SAFETY: at + 8 <= acc.len(); unaligned load/store.
+            let r = unsafe {
+                let r = _mm256_add_ps(_mm256_loadu_ps(acc.as_ptr().add(at)), v);
+                _mm256_storeu_ps(acc.as_mut_ptr().add(at), r);
+                r
+            };
+            *mk = _mm256_max_epi32(*mk, _mm256_and_si256(_mm256_castps_si256(r), abs_mask));
+        }
+        i += 16;
+    }
+    let tail = scalar::accumulate_absmax(&mut acc[body..], &payload[2 * body..], scale, bound);
+    let mut lanes = [0i32; 8];
+    // SAFETY: lanes holds 8 i32; storeu is unaligned.
+    unsafe {
+        _mm256_storeu_si256(
+            lanes.as_mut_ptr() as *mut __m256i,
+            _mm256_max_epi32(m[0], m[1]),
+        )
+    };
+    let body_max = f32::from_bits(lanes.into_iter().max().unwrap_or(0) as u32);
+    if !body_max.is_finite() {
+        return None;
+    }
+    let tail = tail?;
+    Some(if body_max > tail { body_max } else { tail })
+}
+
 // ------------------------------------------------------------- AVX-512F
 
 #[target_feature(enable = "avx512f")]
@@ -336,4 +404,46 @@ pub fn accumulate_avx512(acc: &mut [f32], payload: &[u8], scale: f32, bound: f32
         i += 16;
     }
     scalar::accumulate(&mut acc[body..], &payload[2 * body..], scale, bound);
+}
+
+#[target_feature(enable = "avx512f")]
+pub fn accumulate_absmax_avx512(
+    acc: &mut [f32],
+    payload: &[u8],
+    scale: f32,
+    bound: f32,
+) -> Option<f32> {
+    let s = _mm512_set1_ps(scale);
+    let hi = _mm512_set1_ps(bound);
+    let lo = _mm512_set1_ps(-bound);
+    let clamp = bound != f32::INFINITY;
+    // An integer max over the bits of |r|, as in the AVX2 kernel.
+    let abs_mask = _mm512_set1_epi32(0x7fff_ffff);
+    let mut m = [_mm512_setzero_si512(); 2];
+    let body = acc.len() / 32 * 32;
+    let mut i = 0;
+    while i < body {
+        for (k, mk) in m.iter_mut().enumerate() {
+            let at = i + 16 * k;
+            let mut v = _mm512_mul_ps(load_q16_avx512(payload, at), s);
+            if clamp {
+                v = _mm512_min_ps(_mm512_max_ps(v, lo), hi);
+            }
+            // SAFETY: at + 16 <= acc.len(); unaligned load/store.
+            let r = unsafe {
+                let r = _mm512_add_ps(_mm512_loadu_ps(acc.as_ptr().add(at)), v);
+                _mm512_storeu_ps(acc.as_mut_ptr().add(at), r);
+                r
+            };
+            *mk = _mm512_max_epi32(*mk, _mm512_and_si512(_mm512_castps_si512(r), abs_mask));
+        }
+        i += 32;
+    }
+    let tail = scalar::accumulate_absmax(&mut acc[body..], &payload[2 * body..], scale, bound);
+    let body_max = f32::from_bits(_mm512_reduce_max_epi32(_mm512_max_epi32(m[0], m[1])) as u32);
+    if !body_max.is_finite() {
+        return None;
+    }
+    let tail = tail?;
+    Some(if body_max > tail { body_max } else { tail })
 }
