@@ -35,6 +35,10 @@ def rank_main(rank, world, port, args, out):
     import torch.distributed as dist
 
     torch.set_num_threads(1)
+    # The same placement as ainftp-perf --local-ranks: rank r on the r-th
+    # allowed CPU, round robin (threads Gloo starts later inherit it).
+    cpus = sorted(os.sched_getaffinity(0))
+    os.sched_setaffinity(0, {cpus[rank % len(cpus)]})
     dist.init_process_group(
         "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world
     )

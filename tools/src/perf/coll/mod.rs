@@ -61,7 +61,10 @@ pub fn run(args: &PerfArgs) -> Result<()> {
     }
     let config = driver_config(args);
     match args.transport {
-        Transport::Udp => run_rank(Communicator::from_env(config)?, args),
+        Transport::Udp => {
+            local::pin_child();
+            run_rank(Communicator::from_env(config)?, args)
+        }
         Transport::Dpdk => {
             let (stack, _arena) = open_dpdk_stack(args)?;
             let advertise = SocketAddrV4::new(stack.local_ip(), stack.udp_port());
