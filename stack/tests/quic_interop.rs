@@ -4,7 +4,7 @@
 //! our server, our client against an aioquic server. Streams are echoed
 //! byte-exact from 1 B to 16 MiB, many at once; DATAGRAM frames both ways;
 //! the close code reaches the other side; ChaCha20 and key update
-//! from aioquic's side.
+//! from aioquic's side; 5% and 10% random loss on the link (nftables).
 
 mod common;
 
@@ -120,6 +120,108 @@ fn aioquic_client_against_our_server_on_dpdk() {
         )),
         "the server saw the client's application close code: {closed:?}"
     );
+    assert_eq!(apps[0].endpoint.stats().refused, 0);
+    assert_eq!(report.mbufs_in_use_after_close, 0, "no mbuf leaked");
+}
+
+/// Random loss on a real link, as tc netem would make it where it exists:
+/// an nftables table that drops `percent`% of the UDP datagrams crossing
+/// `iface` in each direction (`numgen random`). Dropped with the guard.
+struct LossyLink {
+    table: String,
+}
+
+impl LossyLink {
+    fn install(iface: &str, percent: u32) -> LossyLink {
+        let table = format!("ainftp_loss_{iface}");
+        let _ = Command::new("nft")
+            .args(["delete", "table", "inet", &table])
+            .output();
+        let rules = format!(
+            "table inet {table} {{\n\
+             chain input {{ type filter hook input priority -10; \
+             iifname \"{iface}\" udp sport 4433 numgen random mod 100 < {percent} counter drop; }}\n\
+             chain output {{ type filter hook output priority -10; \
+             oifname \"{iface}\" udp dport 4433 numgen random mod 100 < {percent} counter drop; }}\n\
+             }}\n"
+        );
+        let mut nft = Command::new("nft")
+            .args(["-f", "-"])
+            .stdin(Stdio::piped())
+            .spawn()
+            .expect("nft runs (scripts/setup-host.sh installs nftables)");
+        use std::io::Write;
+        nft.stdin
+            .take()
+            .unwrap()
+            .write_all(rules.as_bytes())
+            .unwrap();
+        assert!(nft.wait().unwrap().success(), "nft accepted the loss rules");
+        LossyLink { table }
+    }
+
+    /// Datagrams dropped so far, both directions.
+    fn dropped(&self) -> u64 {
+        let out = Command::new("nft")
+            .args(["list", "table", "inet", &self.table])
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        text.split("packets ")
+            .skip(1)
+            .filter_map(|t| t.split_whitespace().next()?.parse::<u64>().ok())
+            .sum()
+    }
+}
+
+impl Drop for LossyLink {
+    fn drop(&mut self) {
+        let _ = Command::new("nft")
+            .args(["delete", "table", "inet", &self.table])
+            .output();
+    }
+}
+
+/// The interop-runner's transferloss and handshakeloss on a real link:
+/// nftables drops 5%, then 10%, of the datagrams between aioquic's client
+/// (kernel side of the TAP device) and our server on DPDK, both ways, from
+/// the first Initial on. Both implementations recover what they lost:
+/// every stream comes back byte-exact, and drops really happened.
+#[test]
+fn aioquic_client_against_our_server_over_a_lossy_real_link() {
+    let eal = common::eal("0");
+    let us = Ipv4Addr::new(10, 79, 0, 2);
+    let cfg = RuntimeConfig::new("net_tap0,iface=ainfq93", us, 24);
+    let dir = cluster("interop-lossy");
+    let server_dir = dir.clone();
+    let running = Running::start_apps(&eal, &cfg, move |i| {
+        let ep = Endpoint::server(
+            perf_node_config(&server_dir, "server"),
+            i as u8,
+            MAX_PAYLOAD,
+        )
+        .expect("server config");
+        EndpointApp::new(ep, PerfServer::new())
+    });
+    tap_up("ainfq93", Ipv4Addr::new(10, 79, 0, 1), 24);
+    for percent in [5, 10] {
+        let link = LossyLink::install("ainfq93", percent);
+        let (ok, line) = aioquic_client(
+            &dir,
+            us,
+            &["--sizes", "1,1472,65536,1048576", "--streams", "2"],
+        );
+        let dropped = link.dropped();
+        drop(link);
+        assert!(ok, "{percent}% loss: echo byte-exact: {line}");
+        assert!(line.contains("\"streams\": 8"), "{line}");
+        assert!(
+            dropped > 20,
+            "{percent}% loss: the link dropped only {dropped} datagrams"
+        );
+        eprintln!("{percent}% loss: {dropped} datagrams dropped, {line}");
+    }
+    let (report, apps) = running.finish_apps();
     assert_eq!(apps[0].endpoint.stats().refused, 0);
     assert_eq!(report.mbufs_in_use_after_close, 0, "no mbuf leaked");
 }
