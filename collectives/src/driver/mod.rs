@@ -94,7 +94,7 @@ pub struct DriverConfig {
 }
 
 /// The default cap of [`DriverConfig::follow_route_mtu`].
-pub const ROUTE_PAYLOAD_CAP: usize = 32 << 10;
+pub use stack::io::kernel::ROUTE_PAYLOAD_CAP;
 
 impl Default for DriverConfig {
     fn default() -> Self {

@@ -51,6 +51,12 @@ pub fn route_mtu(to: SocketAddrV4) -> io::Result<usize> {
     Ok(mtu as usize)
 }
 
+/// The usual cap for `route_payload`: per-packet costs (QUIC, syscalls)
+/// dominate at 1472 bytes; on loopback, 32 KiB datagrams gave 2-3x the
+/// bandwidth of 1472-byte ones and more than 64 KiB ones
+/// (scripts/bench-allreduce.sh).
+pub const ROUTE_PAYLOAD_CAP: usize = 32 << 10;
+
 /// The largest UDP payload that crosses the route to `to` unfragmented,
 /// at most `cap`.
 pub fn route_payload(to: SocketAddrV4, cap: usize) -> io::Result<usize> {

@@ -269,9 +269,13 @@ pub struct PerfArgs {
     #[arg(long, value_name = "DIR")]
     pub certs: Option<std::path::PathBuf>,
 
-    /// quic-*: largest UDP payload (capped by the device's MTU - 28).
-    #[arg(long, default_value_t = 1472)]
-    pub max_payload: u32,
+    /// quic-*: largest UDP payload. Default: follow the link. On DPDK the
+    /// port's MTU - 28 (jumbo frames when the port has them); over kernel
+    /// UDP the client takes the MTU of its route to --target - 28, at most
+    /// 32 KiB, and the server accepts up to 32 KiB and sends what each
+    /// client says it takes. Given: that size, capped by the device's.
+    #[arg(long)]
+    pub max_payload: Option<u32>,
 
     /// Print one JSON summary object as the last line (collectives: one
     /// JSON object per size).

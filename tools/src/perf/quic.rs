@@ -14,7 +14,9 @@ use std::time::Instant;
 use hdrhistogram::Histogram;
 use serde_json::json;
 use stack::counters::SharedCounters;
-use stack::io::kernel::{KernelUdp, KernelUdpConfig};
+use stack::io::kernel::{
+    route_payload, KernelUdp, KernelUdpConfig, MAX_UDP_PAYLOAD_V4, ROUTE_PAYLOAD_CAP,
+};
 use stack::io::{Datagram, PacketIo};
 use stack::quic::certs::{create_ca, issue_node, NodeFiles};
 use stack::quic::lcore::{EndpointApp, QuicService};
@@ -51,7 +53,8 @@ fn quic_config(args: &PerfArgs, node: &str) -> Result<QuicConfig> {
         }
     };
     cfg.alpn = vec![PERF_ALPN.to_vec()];
-    cfg.max_udp_payload = args.max_payload as usize;
+    // Without --max-payload the device (port MTU, or the route) decides.
+    cfg.max_udp_payload = args.max_payload.map_or(MAX_UDP_PAYLOAD_V4, |p| p as usize);
     Ok(cfg)
 }
 
@@ -122,6 +125,7 @@ fn run_endpoint<S>(
     cfg: QuicConfig,
     server: bool,
     local: Option<SocketAddrV4>,
+    route_to: Option<SocketAddrV4>,
     stop: Arc<AtomicBool>,
     make: impl Fn(Option<SocketAddrV4>) -> S + Send + 'static,
 ) -> Result<S>
@@ -134,8 +138,19 @@ where
     match args.transport {
         Transport::Udp => {
             let bind = local.unwrap_or_else(|| "0.0.0.0:0".parse().unwrap());
-            let mut io = KernelUdp::bind(bind, KernelUdpConfig::default())
+            let max_payload = match (args.max_payload, route_to) {
+                (Some(p), _) => p as usize,
+                (None, Some(to)) => route_payload(to, ROUTE_PAYLOAD_CAP)
+                    .map_err(|e| Error::Io(format!("route MTU towards {to}"), e))?,
+                (None, None) => ROUTE_PAYLOAD_CAP,
+            };
+            let udp = KernelUdpConfig {
+                max_payload,
+                ..KernelUdpConfig::default()
+            };
+            let mut io = KernelUdp::bind(bind, udp)
                 .map_err(|e| Error::Usage(format!("bind {bind}: {e}")))?;
+            eprintln!("ainftp-perf: UDP payloads up to {} B", io.max_payload());
             let ep = new_endpoint(server, &cfg, 0, io.max_payload()).map_err(quic_err)?;
             let mut app = EndpointApp::new(ep, make(Some(io.local_addr())));
             runtime::app_loop(
@@ -172,7 +187,9 @@ pub fn server(args: &PerfArgs) -> Result<serde_json::Value> {
         "ainftp-perf: quic server on {bind} ({:?}), ALPN ainftp-perf/1",
         args.transport
     );
-    let served = run_endpoint(args, cfg, true, Some(bind), stop, |_| PerfServer::new())?;
+    let served = run_endpoint(args, cfg, true, Some(bind), None, stop, |_| {
+        PerfServer::new()
+    })?;
     Ok(json!({"mode": "quic-server", "connections_closed": served.closed.len()}))
 }
 
@@ -327,28 +344,30 @@ pub fn client(args: &PerfArgs) -> Result<serde_json::Value> {
     let transport = args.transport;
     let client_stop = stop.clone();
     let started = Instant::now();
-    let c = run_endpoint(args, cfg, false, None, stop, move |local| Client {
-        target,
-        local: local.expect("the transport knows its address"),
-        port_step: u16::from(transport == Transport::Dpdk),
-        test,
-        conns: if test == QuicTest::Rr { 1 } else { conns },
-        streams,
-        bytes,
-        size,
-        count,
-        warmup,
-        handles: Vec::new(),
-        handshake: Histogram::new(3).expect("histogram"),
-        established_at: None,
-        jobs: Vec::new(),
-        rr_started: None,
-        rr_done: 0,
-        latency: Histogram::new(3).expect("histogram"),
-        finished_at: None,
-        error: None,
-        buf: vec![0; 256 * 1024],
-        stop: client_stop.clone(),
+    let c = run_endpoint(args, cfg, false, None, Some(target), stop, move |local| {
+        Client {
+            target,
+            local: local.expect("the transport knows its address"),
+            port_step: u16::from(transport == Transport::Dpdk),
+            test,
+            conns: if test == QuicTest::Rr { 1 } else { conns },
+            streams,
+            bytes,
+            size,
+            count,
+            warmup,
+            handles: Vec::new(),
+            handshake: Histogram::new(3).expect("histogram"),
+            established_at: None,
+            jobs: Vec::new(),
+            rr_started: None,
+            rr_done: 0,
+            latency: Histogram::new(3).expect("histogram"),
+            finished_at: None,
+            error: None,
+            buf: vec![0; 256 * 1024],
+            stop: client_stop.clone(),
+        }
     })?;
     if let Some(e) = c.error {
         return Err(Error::Usage(format!("quic client: {e}")));
