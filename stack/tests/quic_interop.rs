@@ -56,14 +56,20 @@ fn aioquic_client(dir: &std::path::Path, host: Ipv4Addr, extra: &[&str]) -> (boo
     (out.status.success(), line)
 }
 
-#[test]
-fn aioquic_client_against_our_server_on_dpdk() {
-    let eal = common::eal("0");
-    let us = Ipv4Addr::new(10, 78, 0, 2);
-    let cfg = RuntimeConfig::new("net_tap0,iface=ainfq91", us, 24);
-    let dir = cluster("interop-server");
+type PerfServerApp = EndpointApp<UdpMbuf, PerfServer>;
+
+/// Our perf server on DPDK over a TAP device `iface` at `us`/24, with the
+/// kernel's end at .1; the cluster certificates are in the returned dir.
+fn start_perf_server(
+    eal: &dpdk_ffi::Eal,
+    iface: &str,
+    us: Ipv4Addr,
+    tag: &str,
+) -> (Running<PerfServerApp>, std::path::PathBuf) {
+    let cfg = RuntimeConfig::new(&format!("net_tap0,iface={iface}"), us, 24);
+    let dir = cluster(tag);
     let server_dir = dir.clone();
-    let running = Running::start_apps(&eal, &cfg, move |i| {
+    let running = Running::start_apps(eal, &cfg, move |i| {
         let ep = Endpoint::server(
             perf_node_config(&server_dir, "server"),
             i as u8,
@@ -72,7 +78,16 @@ fn aioquic_client_against_our_server_on_dpdk() {
         .expect("server config");
         EndpointApp::new(ep, PerfServer::new())
     });
-    tap_up("ainfq91", Ipv4Addr::new(10, 78, 0, 1), 24);
+    let [a, b, c, _] = us.octets();
+    tap_up(iface, Ipv4Addr::new(a, b, c, 1), 24);
+    (running, dir)
+}
+
+#[test]
+fn aioquic_client_against_our_server_on_dpdk() {
+    let eal = common::eal("0");
+    let us = Ipv4Addr::new(10, 78, 0, 2);
+    let (running, dir) = start_perf_server(&eal, "ainfq91", us, "interop-server");
 
     // Sizes from 1 B to 16 MiB, each echoed on its own stream, and datagrams.
     let sizes = "1,2,1000,1472,65536,1048576,16777216";
@@ -191,19 +206,7 @@ impl Drop for LossyLink {
 fn aioquic_client_against_our_server_over_a_lossy_real_link() {
     let eal = common::eal("0");
     let us = Ipv4Addr::new(10, 79, 0, 2);
-    let cfg = RuntimeConfig::new("net_tap0,iface=ainfq93", us, 24);
-    let dir = cluster("interop-lossy");
-    let server_dir = dir.clone();
-    let running = Running::start_apps(&eal, &cfg, move |i| {
-        let ep = Endpoint::server(
-            perf_node_config(&server_dir, "server"),
-            i as u8,
-            MAX_PAYLOAD,
-        )
-        .expect("server config");
-        EndpointApp::new(ep, PerfServer::new())
-    });
-    tap_up("ainfq93", Ipv4Addr::new(10, 79, 0, 1), 24);
+    let (running, dir) = start_perf_server(&eal, "ainfq93", us, "interop-lossy");
     for percent in [5, 10] {
         let link = LossyLink::install("ainfq93", percent);
         let (ok, line) = aioquic_client(
