@@ -83,8 +83,8 @@ impl<B: Datagram> Services<B> {
         }
         let mut unclaimed = 0;
         for d in rx.drain(..) {
-            match self.handlers.iter_mut().find(|(p, _)| *p == d.local_port()) {
-                Some((_, h)) => h.on_datagram(d, out),
+            match self.find(d.local_port()) {
+                Some(h) => h.on_datagram(d, out),
                 None => unclaimed += 1,
             }
         }
