@@ -620,3 +620,28 @@ fn route_mtu_follows_the_interface_towards_the_peer() {
     assert_eq!(payload.unwrap(), 1472);
     assert_eq!(jumbo.unwrap(), 8972);
 }
+
+#[test]
+fn released_datagrams_are_reused_by_alloc_with_a_clean_header() {
+    let mut a = bind(cfg());
+    let mut b = bind(cfg());
+    let to = b.local_addr();
+    let mut bufs = vec![make(&mut a, to, 1, 900)];
+    send_all(&mut a, &mut bufs);
+    let (mut got, _) = recv_n(&mut b, 1, 8);
+    let d = got.pop().expect("one datagram");
+    assert_eq!(d.payload(), &expected(1, 900)[..]);
+    let addr = d.payload().as_ptr();
+    b.release(d);
+    // The buffer comes back, as a fresh datagram: empty, our port, no peer.
+    let again = b.alloc().expect("alloc");
+    assert_eq!(
+        again.payload().as_ptr(),
+        addr,
+        "the released buffer is reused"
+    );
+    assert_eq!(again.payload().len(), 0);
+    assert_eq!(again.capacity(), b.max_payload());
+    assert_eq!(again.local_port(), to.port());
+    assert_eq!(again.peer(), SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0));
+}

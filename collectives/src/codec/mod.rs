@@ -270,7 +270,11 @@ impl Isa {
 
 /// Appends `x` as f32 little-endian bytes.
 pub fn encode_f32(x: &[f32], out: &mut Vec<u8>) {
-    out.reserve(4 * x.len());
+    // The wire order is little-endian, which is the memory order here: one
+    // copy instead of a loop of 4-byte appends.
+    #[cfg(target_endian = "little")]
+    out.extend_from_slice(bytemuck::cast_slice(x));
+    #[cfg(not(target_endian = "little"))]
     for v in x {
         out.extend_from_slice(&v.to_le_bytes());
     }
@@ -282,6 +286,12 @@ fn f32_at(b: &[u8]) -> f32 {
 
 /// `out_i = payload_i` (f32 LE).
 pub fn decode_f32(payload: &[u8], out: &mut [f32]) {
+    #[cfg(target_endian = "little")]
+    {
+        let n = out.len().min(payload.len() / 4);
+        bytemuck::cast_slice_mut::<f32, u8>(&mut out[..n]).copy_from_slice(&payload[..4 * n]);
+    }
+    #[cfg(not(target_endian = "little"))]
     for (o, b) in out.iter_mut().zip(payload.chunks_exact(4)) {
         *o = f32_at(b);
     }
@@ -319,8 +329,12 @@ impl Combine {
 
     /// Folds an f32 payload into `acc`.
     pub fn f32_into(self, acc: &mut [f32], payload: &[u8]) {
-        for (a, b) in acc.iter_mut().zip(payload.chunks_exact(4)) {
-            *a = self.apply(*a, f32_at(b));
+        // One loop per operation, so each compiles to a vector loop.
+        let pairs = acc.iter_mut().zip(payload.chunks_exact(4));
+        match self {
+            Combine::Sum => pairs.for_each(|(a, b)| *a += f32_at(b)),
+            Combine::Max => pairs.for_each(|(a, b)| *a = Combine::Max.apply(*a, f32_at(b))),
+            Combine::Min => pairs.for_each(|(a, b)| *a = Combine::Min.apply(*a, f32_at(b))),
         }
     }
 

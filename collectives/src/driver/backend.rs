@@ -127,6 +127,10 @@ impl<B: PacketIo> PacketIo for Counting<B> {
         self.inner.alloc()
     }
 
+    fn release(&mut self, buf: Self::Buf) {
+        self.inner.release(buf)
+    }
+
     fn send_burst(&mut self, bufs: &mut Vec<Self::Buf>) -> usize {
         let before: usize = bufs.iter().map(|b| b.payload().len()).sum();
         let n = self.inner.send_burst(bufs);

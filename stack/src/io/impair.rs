@@ -636,6 +636,10 @@ impl<P: PacketIo> PacketIo for Impaired<P> {
         self.inner.alloc()
     }
 
+    fn release(&mut self, buf: P::Buf) {
+        self.inner.release(buf)
+    }
+
     fn send_burst(&mut self, bufs: &mut Vec<P::Buf>) -> usize {
         if self.tx.len() >= IMPAIRED_TX_BACKLOG {
             self.flush();

@@ -644,6 +644,10 @@ impl PacketIo for KernelUdp {
         i
     }
 
+    fn release(&mut self, buf: KernelDatagram) {
+        self.recycle(buf);
+    }
+
     /// Nothing to do: the kernel runs all timers.
     fn poll(&mut self, _now: Instant) {}
 

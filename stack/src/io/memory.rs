@@ -391,6 +391,10 @@ impl PacketIo for MemEndpoint {
         n
     }
 
+    fn release(&mut self, buf: MemDatagram) {
+        self.recycle(buf);
+    }
+
     /// Sets the endpoint's clock to `now` and delivers the sent copies due
     /// by then.
     fn poll(&mut self, now: Instant) {

@@ -50,6 +50,13 @@ pub trait PacketIo {
     /// removed.
     fn send_burst(&mut self, bufs: &mut Vec<Self::Buf>) -> usize;
 
+    /// Hand back a buffer the caller is done with (a received datagram
+    /// after processing, an allocated one left unsent). Backends that pool
+    /// their buffers reuse it; the default drops it.
+    fn release(&mut self, buf: Self::Buf) {
+        drop(buf);
+    }
+
     /// Timers and deferred work (ARP retries, delayed packets); call once
     /// per loop.
     fn poll(&mut self, now: Instant);

@@ -22,8 +22,14 @@ use super::QuicError;
 use crate::io::impair::DelayQueue;
 use crate::io::{Datagram, PacketIo};
 
-/// Datagrams taken from the backend per `drive`.
+/// Datagrams taken from the backend per `drive`, at most.
 const RX_BURST: usize = 32;
+/// Bytes taken from the backend per `drive`, about: quiche copies every
+/// STREAM frame out of its datagram, and the copies should still be in
+/// cache when the application reads them after `drive`. With 32 KiB
+/// datagrams (kernel UDP on loopback) 8 per turn gave a 2-rank all-reduce
+/// 1.15-1.35x the bandwidth of 32 per turn, and 2 or 16 less than 8.
+const RX_BYTES_PER_DRIVE: usize = 256 << 10;
 /// Datagrams waiting for the device at most; beyond this the endpoint stops
 /// asking quiche for more (quiche keeps the data and retransmits as needed,
 /// so this is backpressure, not loss).
@@ -219,7 +225,8 @@ impl<B: Datagram> Endpoint<B> {
     pub fn drive<P: PacketIo<Buf = B>>(&mut self, io: &mut P, tx: &mut Vec<B>) -> usize {
         let now = Instant::now();
         let mut rx = std::mem::take(&mut self.rx);
-        let got = io.recv_burst(&mut rx, RX_BURST);
+        let max = (RX_BYTES_PER_DRIVE / io.max_payload().max(1)).clamp(1, RX_BURST);
+        let got = io.recv_burst(&mut rx, max);
         for d in rx.drain(..) {
             self.recv(d, io, tx);
         }
@@ -303,6 +310,11 @@ impl<B: Datagram> Endpoint<B> {
 
     /// Feed one received datagram to its connection (or accept a new one).
     pub fn recv<P: PacketIo<Buf = B>>(&mut self, mut d: B, io: &mut P, tx: &mut Vec<B>) {
+        self.recv_in_place(&mut d, io, tx);
+        io.release(d);
+    }
+
+    fn recv_in_place<P: PacketIo<Buf = B>>(&mut self, d: &mut B, io: &mut P, tx: &mut Vec<B>) {
         self.stats.datagrams_in += 1;
         let peer = d.peer();
         let local = SocketAddrV4::new(io.local_ip(), d.local_port());
@@ -601,9 +613,13 @@ impl<B: Datagram> Endpoint<B> {
                         tx.push(b);
                     }
                 }
-                Err(quiche::Error::Done) => break,
+                Err(quiche::Error::Done) => {
+                    io.release(b);
+                    break;
+                }
                 Err(e) => {
                     debug!(conn = h, error = %e, "quic send");
+                    io.release(b);
                     break;
                 }
             }
