@@ -68,6 +68,29 @@ impl Clock {
     }
 }
 
+impl DriverCounters {
+    /// Adds `o` field by field (the lanes of one rank).
+    pub fn add(&mut self, o: &DriverCounters) {
+        let w = &mut self.wire;
+        w.packets_sent += o.wire.packets_sent;
+        w.bytes_sent += o.wire.bytes_sent;
+        w.packets_received += o.wire.packets_received;
+        w.bytes_received += o.wire.bytes_received;
+        self.frames_sent += o.frames_sent;
+        self.frames_received += o.frames_received;
+        self.send_blocked += o.send_blocked;
+        self.wakeups += o.wakeups;
+        self.idle_waits += o.idle_waits;
+        let e = &mut self.engine;
+        e.bytes_sent += o.engine.bytes_sent;
+        e.messages_sent += o.engine.messages_sent;
+        e.bytes_received += o.engine.bytes_received;
+        e.messages_received += o.engine.messages_received;
+        e.wakeups += o.engine.wakeups;
+        e.early_buffered += o.engine.early_buffered;
+    }
+}
+
 /// Collectives over QUIC between `world` ranks. See the module docs for
 /// where the loop runs.
 pub struct Communicator<B: Backend = KernelUdp> {
@@ -105,15 +128,9 @@ impl Communicator<KernelUdp> {
     /// `MASTER_PORT` from the environment; binds `AINFTP_BIND` (default
     /// `0.0.0.0:0`), swaps addresses through rank 0's TCP rendezvous, then
     /// connects.
-    pub fn from_env(mut config: DriverConfig) -> Result<Self> {
+    pub fn from_env(config: DriverConfig) -> Result<Self> {
         // A bad environment fails before anything is bound.
         let env = RankEnv::from_env()?;
-        if let Some(cap) = config.follow_route_mtu {
-            let master = env.master()?;
-            config.udp.max_payload = stack::io::kernel::route_payload(master, cap)
-                .map_err(|e| Error::Transport(format!("route MTU to {master}: {e}")))?;
-            tracing::debug!(%master, payload = config.udp.max_payload, "datagrams sized by the route MTU");
-        }
         let bind = match std::env::var("AINFTP_BIND") {
             Ok(v) => v.parse().map_err(|_| Error::Env {
                 var: "AINFTP_BIND",
@@ -121,9 +138,26 @@ impl Communicator<KernelUdp> {
             })?,
             Err(_) => rendezvous::wildcard(0),
         };
+        Communicator::from_env_bound(&env, bind, config)
+    }
+
+    /// `from_env` with the job's environment given and the socket bound
+    /// to `bind`.
+    pub fn from_env_bound(
+        env: &RankEnv,
+        bind: SocketAddrV4,
+        mut config: DriverConfig,
+    ) -> Result<Self> {
+        if let Some(cap) = config.follow_route_mtu {
+            let master = env.master()?;
+            config.udp.max_payload = stack::io::kernel::route_payload(master, cap)
+                .map_err(|e| Error::Transport(format!("route MTU to {master}: {e}")))?;
+            tracing::debug!(%master, payload = config.udp.max_payload, "datagrams sized by the route MTU");
+        }
         let io = bind_udp(bind, &config)?;
         let advertise = io.local_addr();
-        Communicator::from_env_with(io, advertise, config)
+        let peers = rendezvous::exchange(env, advertise, config.connect_timeout)?;
+        Communicator::with_backend(env.rank, env.world, io, peers, config)
     }
 }
 
@@ -286,6 +320,19 @@ impl<B: Backend> Communicator<B> {
             self.step(false)?;
         }
         Ok(self.done.contains_key(&h.0))
+    }
+
+    /// One round of traffic, whether or not a collective is running: our
+    /// pending sends, retransmissions and acknowledgements move, and
+    /// peers' messages for the next collective are buffered. Then waits up
+    /// to `max_wait` for a datagram or a QUIC timer (zero: returns at once).
+    pub fn progress(&mut self, max_wait: Duration) -> Result<()> {
+        self.step(false)?;
+        if !max_wait.is_zero() {
+            let r = self.mesh.idle_wait(max_wait);
+            r.map_err(|e| self.fail(e))?;
+        }
+        Ok(())
     }
 
     /// Drives until `h` is done; returns its buffer (the result).

@@ -50,6 +50,7 @@ pub mod communicator;
 pub mod device;
 pub mod framing;
 mod identity;
+pub mod lanes;
 pub mod mesh;
 pub mod rendezvous;
 
@@ -61,6 +62,7 @@ use stack::quic::QuicConfig;
 pub use backend::{Backend, WireCounters};
 pub use communicator::{Communicator, DriverCounters, OpHandle};
 pub use device::{DeviceCounters, DevicePipeline, OnDevice};
+pub use lanes::Lanes;
 pub use rendezvous::RankEnv;
 
 /// Driver configuration; every rank must use the same `engine` config.

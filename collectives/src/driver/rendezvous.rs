@@ -81,6 +81,22 @@ impl RankEnv {
         })
     }
 
+    /// The environment of lane `k` of a multi-lane rank: the same job,
+    /// with its rendezvous on `MASTER_PORT + k`.
+    pub fn lane(&self, k: usize) -> Result<RankEnv> {
+        let port = u16::try_from(k)
+            .ok()
+            .and_then(|k| self.master_port.checked_add(k))
+            .ok_or(Error::Env {
+                var: "MASTER_PORT",
+                problem: format!("{} + lane {k} is beyond 65535", self.master_port),
+            })?;
+        Ok(RankEnv {
+            master_port: port,
+            ..self.clone()
+        })
+    }
+
     /// `MASTER_ADDR:MASTER_PORT` resolved to an IPv4 address.
     pub fn master(&self) -> Result<SocketAddrV4> {
         let addrs = (self.master_addr.as_str(), self.master_port)

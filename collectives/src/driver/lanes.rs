@@ -1,0 +1,301 @@
+//! One bucket over several lanes: a [`Communicator`] per lane (its own
+//! socket or port, QUIC connections, engine), each run by its own thread
+//! pinned to its own CPU, share-nothing.
+//!
+//! A QUIC connection is one congestion window and one core's worth of
+//! crypto and copies; lanes multiply both. An all-reduce or broadcast of
+//! a bucket of at least `lanes * min_lane_bytes` is cut into one
+//! contiguous part per lane (every rank cuts the same way, from the
+//! length alone); the lanes run their parts at once, lane 0 on the
+//! caller's thread, and the caller is woken once, when the last lane is
+//! done. Smaller buckets, and reduce-scatter, all-gather and barrier
+//! (whose results are laid out by rank over the whole buffer), run on
+//! lane 0 while the caller's thread keeps the other lanes' traffic
+//! moving: a peer may still need a retransmission from a lane whose part
+//! finished here, and it joins the next collective only after it got it.
+//!
+//! Every rank must open the same number of lanes with the same
+//! `min_lane_bytes`.
+
+use std::net::SocketAddrV4;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use stack::io::kernel::KernelUdp;
+
+use super::communicator::{Communicator, DriverCounters};
+use super::{rendezvous, Backend, DriverConfig, RankEnv};
+use crate::algo::shard_range;
+use crate::error::{Error, Result};
+use crate::{Collective, Op, ReduceOp};
+
+/// Below this many bytes per lane a bucket is not split.
+pub const DEFAULT_MIN_LANE_BYTES: usize = 256 << 10;
+
+/// Several communicators that split each large bucket between them.
+pub struct Lanes<B: Backend + Send = KernelUdp>
+where
+    B::Buf: Send,
+{
+    lanes: Vec<Communicator<B>>,
+    /// CPU each lane's thread is pinned to (None: not pinned). Lane 0 runs
+    /// on the caller's thread, which is left where it is.
+    cpus: Vec<Option<usize>>,
+    min_lane_bytes: usize,
+    wakeups: u64,
+    failed: Option<String>,
+}
+
+impl Lanes<KernelUdp> {
+    /// The torchrun way with `lanes` lanes: lane k binds its own UDP
+    /// socket (`AINFTP_BIND`'s address with port + k when set, else an
+    /// ephemeral port) and swaps addresses through its own rendezvous on
+    /// `MASTER_PORT + k`, then connects; lanes connect one after another,
+    /// in the same order on every rank. Lane k (k >= 1) is pinned to
+    /// `cpus[k]` when given.
+    pub fn from_env(config: DriverConfig, lanes: usize, cpus: &[Option<usize>]) -> Result<Self> {
+        if lanes == 0 {
+            return Err(Error::Config("lanes must be at least 1"));
+        }
+        let env = RankEnv::from_env()?;
+        let bind = match std::env::var("AINFTP_BIND") {
+            Ok(v) => Some(v.parse::<SocketAddrV4>().map_err(|_| Error::Env {
+                var: "AINFTP_BIND",
+                problem: format!("{v:?} is not an IPv4 address:port"),
+            })?),
+            Err(_) => None,
+        };
+        let mut comms = Vec::with_capacity(lanes);
+        for k in 0..lanes {
+            let lane_env = env.lane(k)?;
+            let addr = match bind {
+                Some(b) if b.port() != 0 => {
+                    let port = b.port().checked_add(k as u16).ok_or(Error::Env {
+                        var: "AINFTP_BIND",
+                        problem: format!("port {} + lane {k} is beyond 65535", b.port()),
+                    })?;
+                    SocketAddrV4::new(*b.ip(), port)
+                }
+                Some(b) => b,
+                None => rendezvous::wildcard(0),
+            };
+            comms.push(Communicator::from_env_bound(
+                &lane_env,
+                addr,
+                config.clone(),
+            )?);
+        }
+        Ok(Lanes::new(comms, cpus.to_vec(), DEFAULT_MIN_LANE_BYTES))
+    }
+}
+
+impl<B: Backend + Send> Lanes<B>
+where
+    B::Buf: Send,
+{
+    /// Lanes from connected communicators (lane k is `comms[k]`; every
+    /// rank must pass its lanes in the same order).
+    pub fn new(
+        comms: Vec<Communicator<B>>,
+        cpus: Vec<Option<usize>>,
+        min_lane_bytes: usize,
+    ) -> Self {
+        assert!(!comms.is_empty(), "Lanes needs at least one communicator");
+        Lanes {
+            lanes: comms,
+            cpus,
+            min_lane_bytes: min_lane_bytes.max(1),
+            wakeups: 0,
+            failed: None,
+        }
+    }
+
+    pub fn rank(&self) -> usize {
+        self.lanes[0].rank()
+    }
+
+    pub fn world(&self) -> usize {
+        self.lanes[0].world()
+    }
+
+    pub fn lanes(&self) -> usize {
+        self.lanes.len()
+    }
+
+    /// Lane `k`'s communicator (its counters, its peers).
+    pub fn lane(&self, k: usize) -> &Communicator<B> {
+        &self.lanes[k]
+    }
+
+    /// How many lanes a collective of `count` elements runs on: all of
+    /// them or one.
+    pub fn lanes_for(&self, op: Op, count: usize) -> usize {
+        let splits = matches!(op, Op::AllReduce(_) | Op::Broadcast { .. });
+        let lanes = self.lanes.len();
+        if splits && count.saturating_mul(4) >= lanes * self.min_lane_bytes {
+            lanes
+        } else {
+            1
+        }
+    }
+
+    /// All lanes' counters added up, except `wakeups`: one per collective
+    /// returned to the caller, however many lanes ran it.
+    pub fn counters(&self) -> DriverCounters {
+        let mut total = DriverCounters::default();
+        for c in &self.lanes {
+            total.add(&c.counters());
+        }
+        total.wakeups = self.wakeups;
+        total
+    }
+
+    pub fn all_reduce(&mut self, buf: &mut [f32], op: ReduceOp) -> Result<()> {
+        self.run(Collective::all_reduce(op), buf)
+    }
+
+    pub fn broadcast(&mut self, buf: &mut [f32], root: usize) -> Result<()> {
+        self.run(Collective::new(Op::Broadcast { root }), buf)
+    }
+
+    /// Runs `collective` on `buf`, split over the lanes when it is an
+    /// all-reduce or broadcast of at least two lanes' worth of bytes.
+    pub fn run(&mut self, collective: Collective, buf: &mut [f32]) -> Result<()> {
+        if let Some(why) = &self.failed {
+            return Err(Error::Failed(Box::new(Error::Transport(why.clone()))));
+        }
+        let result = if self.lanes.len() == 1 {
+            self.lanes[0].run(collective, buf)
+        } else if self.lanes_for(collective.op, buf.len()) == 1 {
+            self.run_on_lane_zero(collective, buf)
+        } else {
+            self.run_split(collective, buf)
+        };
+        match &result {
+            Ok(()) => self.wakeups += 1,
+            Err(e) => self.failed = Some(e.to_string()),
+        }
+        result
+    }
+
+    /// Lane 0 runs the collective (on a copy: its non-blocking API owns
+    /// the buffer) while the other lanes' traffic keeps moving.
+    fn run_on_lane_zero(&mut self, collective: Collective, buf: &mut [f32]) -> Result<()> {
+        let (first, others) = self.lanes.split_first_mut().expect("at least one lane");
+        let h = first.start(collective, buf.to_vec())?;
+        while !first.test(&h)? {
+            for lane in others.iter_mut() {
+                lane.progress(Duration::ZERO)?;
+            }
+        }
+        buf.copy_from_slice(&first.wait(h)?);
+        Ok(())
+    }
+
+    fn run_split(&mut self, collective: Collective, buf: &mut [f32]) -> Result<()> {
+        let (count, n) = (buf.len(), self.lanes.len());
+        let mut parts = Vec::with_capacity(n);
+        let mut rest = buf;
+        for k in 0..n {
+            let (part, tail) = rest.split_at_mut(shard_range(count, n, k).len());
+            parts.push(part);
+            rest = tail;
+        }
+        let (first_lane, others) = self.lanes.split_first_mut().expect("n >= 2");
+        let (first_part, other_parts) = parts.split_first_mut().expect("n >= 2");
+        let cpus = &self.cpus;
+        let running = AtomicUsize::new(n);
+        let running = &running;
+        std::thread::scope(|s| {
+            let handles: Vec<_> = others
+                .iter_mut()
+                .zip(other_parts.iter_mut())
+                .enumerate()
+                .map(|(i, (comm, part))| {
+                    let cpu = cpus.get(i + 1).copied().flatten();
+                    s.spawn(move || {
+                        if let Some(id) = cpu {
+                            core_affinity::set_for_current(core_affinity::CoreId { id });
+                        }
+                        run_part(comm, collective, part, running)
+                    })
+                })
+                .collect();
+            // Lane 0 works on the caller's thread meanwhile.
+            let mut result = run_part(first_lane, collective, first_part, running);
+            for h in handles {
+                let lane = h
+                    .join()
+                    .unwrap_or_else(|_| Err(Error::Transport("a lane's thread panicked".into())));
+                if result.is_ok() {
+                    result = lane;
+                }
+            }
+            result
+        })
+    }
+
+    /// Leaves every lane cleanly (see [`Communicator::shutdown`]); the
+    /// first lane's error is returned. Dropping does the same but cannot
+    /// report.
+    pub fn shutdown(mut self) -> Result<()> {
+        leave_all(std::mem::take(&mut self.lanes))
+    }
+}
+
+impl<B: Backend + Send> Drop for Lanes<B>
+where
+    B::Buf: Send,
+{
+    fn drop(&mut self) {
+        let _ = leave_all(std::mem::take(&mut self.lanes));
+    }
+}
+
+/// How long a lane that finished its part sleeps at most between rounds
+/// while the rank's other lanes still work.
+const FINISHED_LANE_WAIT: Duration = Duration::from_millis(1);
+
+/// Runs one lane's part, then keeps the lane's traffic moving until every
+/// lane of this rank is done: a peer's lane may still need our
+/// retransmissions or unsent data, and our other lanes may be waiting for
+/// that peer.
+fn run_part<B: Backend>(
+    comm: &mut Communicator<B>,
+    collective: Collective,
+    part: &mut [f32],
+    running: &AtomicUsize,
+) -> Result<()> {
+    let result = comm.run(collective, part);
+    running.fetch_sub(1, Ordering::AcqRel);
+    if result.is_ok() {
+        while running.load(Ordering::Acquire) > 0 {
+            comm.progress(FINISHED_LANE_WAIT)?;
+        }
+    }
+    result
+}
+
+/// Shuts the lanes down all at once: each waits for its peers' lanes to
+/// finish too, so one after another could wait on each other.
+fn leave_all<B: Backend + Send>(lanes: Vec<Communicator<B>>) -> Result<()>
+where
+    B::Buf: Send,
+{
+    std::thread::scope(|s| {
+        let handles: Vec<_> = lanes
+            .into_iter()
+            .map(|c| s.spawn(move || c.shutdown()))
+            .collect();
+        let mut result = Ok(());
+        for h in handles {
+            let r = h
+                .join()
+                .unwrap_or_else(|_| Err(Error::Transport("a lane's thread panicked".into())));
+            if result.is_ok() {
+                result = r;
+            }
+        }
+        result
+    })
+}

@@ -1,0 +1,185 @@
+//! `Lanes` over kernel UDP on 127.0.0.1, one rank per thread, each rank
+//! with several lanes (a communicator and a socket each): large buckets
+//! are split over the lanes, give the reference result on every rank, and
+//! every lane carries its part; small buckets and layout-bound collectives
+//! stay on lane 0; a dead rank fails the call and the lanes refuse more.
+
+mod common;
+
+use std::net::SocketAddrV4;
+use std::time::{Duration, Instant};
+
+use collectives::driver::{Communicator, DriverConfig, Lanes};
+use collectives::{shard_range, Error, Op, ReduceOp};
+
+const LANES: usize = 3;
+/// Small, so the test splits buckets of a few thousand elements.
+const MIN_LANE_BYTES: usize = 4096;
+
+fn value(rank: usize, i: usize) -> f32 {
+    ((i * 7 + rank * 13) % 64) as f32 * 0.25 - 8.0
+}
+
+/// Runs `f` on `world` ranks, each in a thread with `LANES` lanes.
+fn on_ranks<T: Send + 'static>(
+    world: usize,
+    cfg: DriverConfig,
+    f: impl Fn(Lanes) -> T + Send + Sync + Clone + 'static,
+) -> Vec<T> {
+    let addrs: Vec<Vec<SocketAddrV4>> = (0..LANES).map(|_| common::loopback_addrs(world)).collect();
+    let hs: Vec<_> = (0..world)
+        .map(|r| {
+            let (addrs, cfg, f) = (addrs.clone(), cfg.clone(), f.clone());
+            std::thread::spawn(move || {
+                let comms = addrs
+                    .into_iter()
+                    .map(|peers| Communicator::new(r, world, peers, cfg.clone()).unwrap())
+                    .collect();
+                f(Lanes::new(comms, vec![None; LANES], MIN_LANE_BYTES))
+            })
+        })
+        .collect();
+    hs.into_iter().map(|h| h.join().unwrap()).collect()
+}
+
+/// Collective data each lane's engine sent (idle lanes still exchange
+/// acknowledgements, so wire bytes would not tell).
+fn lane_bytes_sent(l: &Lanes) -> Vec<u64> {
+    (0..l.lanes())
+        .map(|k| l.lane(k).counters().engine.bytes_sent)
+        .collect()
+}
+
+#[test]
+fn large_buckets_split_over_every_lane_and_match_the_reference() {
+    let world = 3;
+    // Up to 3 lanes' worth (3 x 4096 bytes) stays on lane 0; from there
+    // on every lane gets a part. 100_003 is prime.
+    let sizes = [1usize, 1000, 3 * 1024 - 1, 3 * 1024, 100_003];
+    let out = on_ranks(world, DriverConfig::default(), move |mut l| {
+        let r = l.rank();
+        let mut results = Vec::new();
+        let mut traffic = Vec::new();
+        for &n in &sizes {
+            let mut buf: Vec<f32> = (0..n).map(|i| value(r, i)).collect();
+            let before = lane_bytes_sent(&l);
+            l.all_reduce(&mut buf, ReduceOp::Sum)
+                .unwrap_or_else(|e| panic!("rank {r}, {n} elements: {e}"));
+            let after = lane_bytes_sent(&l);
+            let used: Vec<bool> = before.iter().zip(&after).map(|(b, a)| a > b).collect();
+            results.push(buf);
+            traffic.push((l.lanes_for(Op::AllReduce(ReduceOp::Sum), n), used));
+        }
+        let mut bc = vec![r as f32; 50_000];
+        let before = lane_bytes_sent(&l);
+        l.broadcast(&mut bc, 1).unwrap();
+        let bc_used: Vec<bool> = before
+            .iter()
+            .zip(lane_bytes_sent(&l))
+            .map(|(b, a)| a > *b)
+            .collect();
+        let counters = l.counters();
+        l.shutdown().unwrap();
+        (results, traffic, bc, bc_used, counters)
+    });
+    for (k, &n) in sizes.iter().enumerate() {
+        for i in 0..n {
+            let want: f32 = (0..world).map(|r| value(r, i)).sum();
+            let got = out[0].0[k][i];
+            assert!(
+                (got - want).abs() <= 1e-6 * want.abs().max(1.0),
+                "size {n}, element {i}: {got} != {want}"
+            );
+        }
+        for r in 1..world {
+            assert_eq!(out[r].0[k], out[0].0[k], "rank {r} differs at size {n}");
+        }
+        let (lanes, used) = &out[0].1[k];
+        let expect = if n * 4 >= LANES * MIN_LANE_BYTES {
+            LANES
+        } else {
+            1
+        };
+        assert_eq!(*lanes, expect, "lanes for {n} elements");
+        for (lane, &u) in used.iter().enumerate() {
+            assert_eq!(u, lane < expect, "size {n}: lane {lane} sent data: {u}");
+        }
+    }
+    // The root sends a part on every lane.
+    assert_eq!(out[1].3, vec![true; LANES], "broadcast used every lane");
+    for o in &out {
+        assert!(o.2.iter().all(|&v| v == 1.0), "broadcast from rank 1");
+        // One wake-up per collective, however many lanes ran it.
+        assert_eq!(o.4.wakeups, sizes.len() as u64 + 1);
+    }
+}
+
+#[test]
+fn layout_bound_collectives_stay_on_lane_zero() {
+    let world = 2;
+    let n = 40_000;
+    let out = on_ranks(world, DriverConfig::default(), move |mut l| {
+        let r = l.rank();
+        let before = lane_bytes_sent(&l);
+        let mut rs: Vec<f32> = (0..n).map(|i| value(r, i)).collect();
+        l.run(
+            collectives::Collective::reduce_scatter(ReduceOp::Sum),
+            &mut rs,
+        )
+        .unwrap();
+        let mut ag = vec![0f32; n];
+        for i in shard_range(n, world, r) {
+            ag[i] = i as f32;
+        }
+        l.run(collectives::Collective::all_gather(), &mut ag)
+            .unwrap();
+        let after = lane_bytes_sent(&l);
+        l.shutdown().unwrap();
+        (rs[shard_range(n, world, r)].to_vec(), ag, before, after)
+    });
+    for (r, (rs, ag, before, after)) in out.iter().enumerate() {
+        for (j, i) in shard_range(n, world, r).enumerate() {
+            let want: f32 = (0..world).map(|q| value(q, i)).sum();
+            assert_eq!(rs[j], want, "rank {r} reduce-scatter element {i}");
+        }
+        assert!(ag.iter().enumerate().all(|(i, &v)| v == i as f32));
+        assert!(after[0] > before[0]);
+        assert_eq!(
+            &after[1..],
+            &before[1..],
+            "rank {r}: only lane 0 carries them"
+        );
+    }
+}
+
+#[test]
+fn a_dead_rank_fails_the_call_and_the_lanes_refuse_more_work() {
+    let world = 3;
+    let cfg = DriverConfig {
+        timeout: Duration::from_secs(1),
+        ..DriverConfig::default()
+    };
+    let out = on_ranks(world, cfg, move |mut l| {
+        if l.rank() == 2 {
+            // Dies silently: sockets stay open, nothing answers.
+            std::mem::forget(l);
+            return None;
+        }
+        let start = Instant::now();
+        let mut buf = vec![1.0f32; 100_000];
+        let err = l.all_reduce(&mut buf, ReduceOp::Sum).unwrap_err();
+        let took = start.elapsed();
+        let again = l.all_reduce(&mut buf, ReduceOp::Sum).unwrap_err();
+        Some((err, again, took, l))
+    });
+    for (r, o) in out.into_iter().enumerate().take(2) {
+        let (err, again, took, _lanes) = o.unwrap();
+        assert!(took < Duration::from_secs(10), "rank {r} took {took:?}");
+        assert!(
+            matches!(err, Error::PeerTimeout { rank: 2, .. }),
+            "rank {r}: {err}"
+        );
+        assert!(matches!(again, Error::Failed(_)), "rank {r}: {again}");
+        assert!(again.to_string().contains("rank 2"), "{again}");
+    }
+}
