@@ -152,6 +152,66 @@ fn other_collectives_match_their_references() {
 }
 
 #[test]
+fn lanes_split_large_buckets_and_keep_results_exact() {
+    // Two lanes split buckets from 2 x 256 KiB on; smaller ones run on
+    // lane 0.
+    for codec in ["f32", "i16"] {
+        let rows = rows(&[
+            "allreduce",
+            "--local-ranks",
+            "3",
+            "--lanes",
+            "2",
+            "--codec",
+            codec,
+            "-b",
+            "8",
+            "-e",
+            "4M",
+            "-f",
+            "8",
+            "-n",
+            "3",
+            "-w",
+            "1",
+            "--json",
+        ]);
+        assert_eq!(rows.len(), 7, "8 B .. 2 MiB by 8x");
+        // wrong == 0: every element within 1e-6 (f32) or the i16 bound.
+        let tol = if codec == "f32" { 1e-6 } else { 0.05 };
+        check_rows(&rows, tol, true);
+        for r in &rows {
+            let want = if r["bytes"].as_u64().unwrap() >= 512 << 10 {
+                2
+            } else {
+                1
+            };
+            assert_eq!(r["lanes"], want, "{r}");
+        }
+    }
+    let rows = rows(&[
+        "broadcast",
+        "--local-ranks",
+        "2",
+        "--lanes",
+        "3",
+        "-b",
+        "4",
+        "-e",
+        "4M",
+        "-f",
+        "32",
+        "-n",
+        "2",
+        "-w",
+        "1",
+        "--json",
+    ]);
+    check_rows(&rows, 1e-6, true);
+    assert_eq!(rows.last().unwrap()["lanes"], 3);
+}
+
+#[test]
 fn dead_peer_is_a_clear_error_not_a_hang() {
     let start = Instant::now();
     let out = perf(&[
@@ -192,6 +252,22 @@ fn missing_environment_and_bad_dpdk_flags_are_one_line_errors() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         stderr.contains("WORLD_SIZE") && stderr.contains("\"two\""),
+        "{stderr}"
+    );
+
+    let out = perf(&[
+        "allreduce",
+        "--local-ranks",
+        "2",
+        "--transport",
+        "dpdk",
+        "--lanes",
+        "2",
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("--lanes") && stderr.contains("kernel UDP"),
         "{stderr}"
     );
 

@@ -122,6 +122,23 @@ where
         self.lanes.len()
     }
 
+    /// Lane 0's peer addresses (rank order).
+    pub fn peers(&self) -> &[SocketAddrV4] {
+        self.lanes[0].peers()
+    }
+
+    /// Largest UDP payload of lane 0's datagrams.
+    pub fn max_payload(&self) -> usize {
+        self.lanes[0].max_payload()
+    }
+
+    /// The algorithm lane 0 (and, for a split bucket, every lane on its
+    /// part) runs for `op` over `count` elements.
+    pub fn algo_for(&self, op: Op, count: usize) -> Result<crate::AlgoId> {
+        let lanes = self.lanes_for(op, count);
+        self.lanes[0].algo_for(op, count.div_ceil(lanes))
+    }
+
     /// Lane `k`'s communicator (its counters, its peers).
     pub fn lane(&self, k: usize) -> &Communicator<B> {
         &self.lanes[k]

@@ -340,6 +340,14 @@ pub struct PerfArgs {
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
     pub conns_per_peer: u16,
 
+    /// Collectives: lanes per rank. A large all-reduce or broadcast is
+    /// split over this many communicators, each with its own UDP socket,
+    /// QUIC connections and thread (pinned to its own CPU with
+    /// --local-ranks; MASTER_PORT + k is lane k's rendezvous). Every rank
+    /// must use the same value. Kernel UDP only.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub lanes: u16,
+
     /// Collectives: seconds a peer may stay silent in a collective before
     /// it fails with an error naming that peer.
     #[arg(long, default_value_t = 30.0)]

@@ -33,6 +33,34 @@ pub fn pin_child() {
     }
 }
 
+/// In a child rank, before `pin_child`: the CPU of each of its `lanes`
+/// lanes. Lane k of the rank on the i-th allowed CPU goes to the
+/// (i + k * world)-th (round robin), so ranks and lanes get CPUs of their
+/// own while there are enough. Lane 0 is the rank's own thread (pinned by
+/// `pin_child`). Outside `--local-ranks`: unpinned.
+pub fn lane_cpus(lanes: usize) -> Vec<Option<usize>> {
+    let mine = std::env::var(CPU_VAR)
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok());
+    let world = std::env::var("WORLD_SIZE")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok());
+    let allowed: Vec<usize> = core_affinity::get_core_ids()
+        .unwrap_or_default()
+        .into_iter()
+        .map(|c| c.id)
+        .collect();
+    let (Some(mine), Some(world)) = (mine, world) else {
+        return vec![None; lanes];
+    };
+    let Some(i) = allowed.iter().position(|&c| c == mine) else {
+        return vec![None; lanes];
+    };
+    (0..lanes)
+        .map(|k| Some(allowed[(i + k * world) % allowed.len()]))
+        .collect()
+}
+
 /// Starts the ranks (rank r with `rank_args(r)` before our own arguments)
 /// and waits for all of them. Rank r is told to pin itself to the r-th of
 /// the CPUs this process may run on (round robin). Once one fails, the others get `grace` to

@@ -9,7 +9,8 @@ pub mod vnet;
 use std::net::SocketAddrV4;
 use std::time::{Duration, Instant};
 
-use collectives::driver::{Backend, Communicator, DriverConfig, DriverCounters};
+use collectives::driver::lanes::DEFAULT_MIN_LANE_BYTES;
+use collectives::driver::{Backend, Communicator, DriverConfig, DriverCounters, Lanes};
 use collectives::{Algo, Codec, Collective, Config, Op, ReduceOp, Rounding};
 use serde::Serialize;
 use stack::io::kernel::KernelUdpConfig;
@@ -18,6 +19,10 @@ use stack::quic::QuicConfig;
 
 use crate::error::{Error, Result};
 use crate::perf::args::{CollAlgo, CollCodec, CollOp, Mode, PerfArgs, Transport};
+
+/// A backend lanes can run on (each lane's thread owns its backend).
+trait LaneBackend: Backend + Send {}
+impl<B: Backend + Send> LaneBackend for B {}
 
 /// One output row (one buffer size).
 #[derive(Debug, Serialize)]
@@ -49,6 +54,8 @@ pub struct Row {
     pub wire_bytes_per_op: f64,
     /// Largest UDP payload per datagram (QUIC's packet size), rank 0.
     pub datagram_bytes: usize,
+    /// Lanes this size ran on (see `--lanes`).
+    pub lanes: usize,
 }
 
 /// Runs the mode: spawns local ranks, or is one rank.
@@ -62,13 +69,18 @@ pub fn run(args: &PerfArgs) -> Result<()> {
     let config = driver_config(args);
     match args.transport {
         Transport::Udp => {
+            let cpus = local::lane_cpus(args.lanes as usize);
             local::pin_child();
-            run_rank(Communicator::from_env(config)?, args)
+            run_rank(Lanes::from_env(config, args.lanes as usize, &cpus)?, args)
         }
         Transport::Dpdk => {
             let (stack, _arena) = open_dpdk_stack(args)?;
             let advertise = SocketAddrV4::new(stack.local_ip(), stack.udp_port());
-            run_rank(Communicator::from_env_with(stack, advertise, config)?, args)
+            let comm = Communicator::from_env_with(stack, advertise, config)?;
+            run_rank(
+                Lanes::new(vec![comm], vec![None], DEFAULT_MIN_LANE_BYTES),
+                args,
+            )
         }
     }
 }
@@ -117,7 +129,10 @@ fn open_dpdk_stack(
     Ok((stack, arena))
 }
 
-fn run_rank<B: Backend>(mut comm: Communicator<B>, args: &PerfArgs) -> Result<()> {
+fn run_rank<B: LaneBackend>(mut comm: Lanes<B>, args: &PerfArgs) -> Result<()>
+where
+    B::Buf: Send,
+{
     let (rank, world) = (comm.rank(), comm.world());
     if args.fault_exit_rank == Some(rank) {
         eprintln!("ainftp-perf: rank {rank} exits on purpose (--fault-exit-rank)");
@@ -158,6 +173,12 @@ fn validate(args: &PerfArgs) -> Result<()> {
                 "{flag} is chosen per rank with --local-ranks --transport dpdk (each rank gets af_xdp on its own veth)"
             )));
         }
+    }
+    if args.lanes > 1 && args.transport == Transport::Dpdk {
+        return Err(Error::Usage(
+            "--lanes runs over kernel UDP sockets only (--transport udp); on our DPDK stack each rank has one lane"
+                .into(),
+        ));
     }
     if args.mbuf_arena && args.transport != Transport::Dpdk {
         return Err(Error::Usage(
@@ -246,7 +267,10 @@ fn bus_factor(mode: Mode, world: usize) -> f64 {
     }
 }
 
-fn measure<B: Backend>(comm: &mut Communicator<B>, args: &PerfArgs, bytes: u64) -> Result<Row> {
+fn measure<B: LaneBackend>(comm: &mut Lanes<B>, args: &PerfArgs, bytes: u64) -> Result<Row>
+where
+    B::Buf: Send,
+{
     let (rank, world) = (comm.rank(), comm.world());
     let count = (bytes / 4) as usize;
     let coll = collective(args);
@@ -300,6 +324,7 @@ fn measure<B: Backend>(comm: &mut Communicator<B>, args: &PerfArgs, bytes: u64) 
         },
         algo: algo_name(comm, coll.op, count)?,
         datagram_bytes: comm.max_payload(),
+        lanes: comm.lanes_for(coll.op, count),
         time_us: secs * 1e6,
         algbw,
         busbw: algbw * bus_factor(args.mode, world),
@@ -312,7 +337,10 @@ fn measure<B: Backend>(comm: &mut Communicator<B>, args: &PerfArgs, bytes: u64) 
     })
 }
 
-fn algo_name<B: Backend>(comm: &Communicator<B>, op: Op, count: usize) -> Result<&'static str> {
+fn algo_name<B: LaneBackend>(comm: &Lanes<B>, op: Op, count: usize) -> Result<&'static str>
+where
+    B::Buf: Send,
+{
     Ok(match comm.algo_for(op, count)? {
         collectives::AlgoId::Ring => "ring",
         collectives::AlgoId::Direct => "direct",
@@ -323,7 +351,10 @@ fn algo_name<B: Backend>(comm: &Communicator<B>, op: Op, count: usize) -> Result
 /// Whether every rank's hash equals ours. Each of the 64 bits and its
 /// complement go through one all-reduce(max): a bit differs somewhere iff
 /// both it and its complement reach 1. (0/1 values survive the i16 codec.)
-fn all_identical<B: Backend>(comm: &mut Communicator<B>, hash: u64) -> Result<bool> {
+fn all_identical<B: LaneBackend>(comm: &mut Lanes<B>, hash: u64) -> Result<bool>
+where
+    B::Buf: Send,
+{
     let mut bits = vec![0f32; 128];
     for k in 0..64 {
         let b = ((hash >> k) & 1) as f32;
@@ -341,8 +372,9 @@ fn print_header(args: &PerfArgs, world: usize, me: SocketAddrV4, payload: usize)
     };
     let transport = format!("{transport}, {payload} B datagrams");
     println!(
-        "# ainftp-perf {}: {world} ranks, QUIC over {transport}, {} conn/peer, {} warmup + {} timed iterations",
+        "# ainftp-perf {}: {world} ranks, QUIC over {transport}, {} lane(s)/rank, {} conn/peer, {} warmup + {} timed iterations",
         args.mode.name(),
+        args.lanes,
         args.conns_per_peer,
         args.warmup_iters,
         args.iters
