@@ -239,16 +239,8 @@ where
                 })
                 .collect();
             // Lane 0 works on the caller's thread meanwhile.
-            let mut result = run_part(first_lane, collective, first_part, running);
-            for h in handles {
-                let lane = h
-                    .join()
-                    .unwrap_or_else(|_| Err(Error::Transport("a lane's thread panicked".into())));
-                if result.is_ok() {
-                    result = lane;
-                }
-            }
-            result
+            let result = run_part(first_lane, collective, first_part, running);
+            join_lanes(result, handles)
         })
     }
 
@@ -304,15 +296,24 @@ where
             .into_iter()
             .map(|c| s.spawn(move || c.shutdown()))
             .collect();
-        let mut result = Ok(());
-        for h in handles {
-            let r = h
-                .join()
-                .unwrap_or_else(|_| Err(Error::Transport("a lane's thread panicked".into())));
-            if result.is_ok() {
-                result = r;
-            }
-        }
-        result
+        join_lanes(Ok(()), handles)
     })
+}
+
+/// Waits for every lane's thread; the first error (`first`, then in lane
+/// order) is the result.
+fn join_lanes(
+    first: Result<()>,
+    handles: Vec<std::thread::ScopedJoinHandle<'_, Result<()>>>,
+) -> Result<()> {
+    let mut result = first;
+    for h in handles {
+        let lane = h
+            .join()
+            .unwrap_or_else(|_| Err(Error::Transport("a lane's thread panicked".into())));
+        if result.is_ok() {
+            result = lane;
+        }
+    }
+    result
 }
