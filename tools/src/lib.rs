@@ -10,6 +10,13 @@ pub mod perf;
 
 pub use error::{Error, Result};
 
+/// Writes `line` and a newline to stderr in one write. `eprintln!` writes
+/// its pieces separately, so lines of ranks sharing one stderr interleave.
+pub fn eprint_line(line: &str) {
+    use std::io::Write;
+    let _ = std::io::stderr().write_all(format!("{line}\n").as_bytes());
+}
+
 /// Log to stderr with `RUST_LOG`-style filtering (default: warnings).
 pub fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()

@@ -32,7 +32,7 @@ pub fn run(args: &args::DpArgs) -> Result<Summary> {
     plan.runtime.pool = arena.as_ref().map(|a| a.pool().clone());
     let runtime = Runtime::start(&eal, &plan.runtime)?;
     if let Some(a) = &arena {
-        eprintln!("ainftp-dp: {}", a.describe());
+        crate::eprint_line(&format!("ainftp-dp: {}", a.describe()));
     }
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {

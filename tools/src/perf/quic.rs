@@ -100,7 +100,7 @@ pub(crate) fn dpdk_runtime(args: &PerfArgs) -> Result<(dpdk_ffi::Eal, Runtime, O
     cfg.pool = arena.as_ref().map(|a| a.pool().clone());
     let rt = Runtime::start(&eal, &cfg)?;
     if let Some(a) = &arena {
-        eprintln!("ainftp-perf: {}", a.describe());
+        crate::eprint_line(&format!("ainftp-perf: {}", a.describe()));
     }
     Ok((eal, rt, arena))
 }
