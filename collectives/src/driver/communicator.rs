@@ -131,13 +131,7 @@ impl Communicator<KernelUdp> {
     pub fn from_env(config: DriverConfig) -> Result<Self> {
         // A bad environment fails before anything is bound.
         let env = RankEnv::from_env()?;
-        let bind = match std::env::var("AINFTP_BIND") {
-            Ok(v) => v.parse().map_err(|_| Error::Env {
-                var: "AINFTP_BIND",
-                problem: format!("{v:?} is not an IPv4 address:port"),
-            })?,
-            Err(_) => rendezvous::wildcard(0),
-        };
+        let bind = rendezvous::bind_from_env()?.unwrap_or(rendezvous::wildcard(0));
         Communicator::from_env_bound(&env, bind, config)
     }
 

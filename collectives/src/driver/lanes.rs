@@ -58,13 +58,7 @@ impl Lanes<KernelUdp> {
             return Err(Error::Config("lanes must be at least 1"));
         }
         let env = RankEnv::from_env()?;
-        let bind = match std::env::var("AINFTP_BIND") {
-            Ok(v) => Some(v.parse::<SocketAddrV4>().map_err(|_| Error::Env {
-                var: "AINFTP_BIND",
-                problem: format!("{v:?} is not an IPv4 address:port"),
-            })?),
-            Err(_) => None,
-        };
+        let bind = rendezvous::bind_from_env()?;
         let mut comms = Vec::with_capacity(lanes);
         for k in 0..lanes {
             let lane_env = env.lane(k)?;
@@ -175,8 +169,8 @@ where
         self.run(Collective::new(Op::Broadcast { root }), buf)
     }
 
-    /// Runs `collective` on `buf`, split over the lanes when it is an
-    /// all-reduce or broadcast of at least two lanes' worth of bytes.
+    /// Runs `collective` on `buf`, split over every lane when it is an
+    /// all-reduce or broadcast of at least `lanes * min_lane_bytes`.
     pub fn run(&mut self, collective: Collective, buf: &mut [f32]) -> Result<()> {
         if let Some(why) = &self.failed {
             return Err(Error::Failed(Box::new(Error::Transport(why.clone()))));

@@ -320,6 +320,17 @@ fn read_line(r: &mut impl std::io::Read) -> std::io::Result<String> {
     ))
 }
 
+/// `AINFTP_BIND`, the address a rank binds its socket to, if set.
+pub fn bind_from_env() -> Result<Option<SocketAddrV4>> {
+    match std::env::var("AINFTP_BIND") {
+        Ok(v) => v.parse().map(Some).map_err(|_| Error::Env {
+            var: "AINFTP_BIND",
+            problem: format!("{v:?} is not an IPv4 address:port"),
+        }),
+        Err(_) => Ok(None),
+    }
+}
+
 /// The wildcard address on `port`: bind there before the rendezvous and
 /// the table gets the address peers reach this host by.
 pub fn wildcard(port: u16) -> SocketAddrV4 {

@@ -115,13 +115,8 @@ fn open_dpdk_stack(
     stack::runtime::InlineStack,
     Option<crate::arena_pool::ArenaPool>,
 )> {
-    let port = match std::env::var("AINFTP_BIND") {
-        Ok(v) => v
-            .parse::<SocketAddrV4>()
-            .map_err(|_| Error::Usage(format!("AINFTP_BIND={v:?} is not an IPv4 address:port")))?
-            .port(),
-        Err(_) => DPDK_RANK_PORT,
-    };
+    let port =
+        collectives::driver::rendezvous::bind_from_env()?.map_or(DPDK_RANK_PORT, |a| a.port());
     let (_eal, rt, arena) = crate::perf::quic::dpdk_runtime(args)?;
     let stack = rt
         .into_inline(port)
