@@ -247,6 +247,74 @@ impl Port {
         })
     }
 
+    /// The Toeplitz key the device hashes flows with, as the PMD reports it
+    /// (an error where the PMD cannot say).
+    pub fn rss_key(&self) -> Result<Vec<u8>> {
+        let mut key = vec![0u8; self.inner.info.hash_key_size.max(40) as usize];
+        let mut conf = sys::rte_eth_rss_conf {
+            rss_key: key.as_mut_ptr(),
+            rss_key_len: key.len() as u8,
+            rss_hf: 0,
+        };
+        // SAFETY: valid port id; `key` holds rss_key_len bytes for the PMD
+        // to fill and outlives the call.
+        let rc = unsafe { sys::rte_eth_dev_rss_hash_conf_get(self.inner.id, &mut conf) };
+        if rc < 0 {
+            return Err(dpdk("rte_eth_dev_rss_hash_conf_get", rc));
+        }
+        key.truncate(conf.rss_key_len as usize);
+        Ok(key)
+    }
+
+    /// The RSS redirection table: entry i names the rx queue of the
+    /// hashes h with h % len == i (an error where the PMD has none).
+    pub fn rss_reta(&self) -> Result<Vec<u16>> {
+        let size = self.reta_size()?;
+        let mut conf = reta_groups(size, &[]);
+        // SAFETY: valid port id; `conf` holds reta_size / 64 (rounded up)
+        // entries, each asking for all 64 of its slots.
+        let rc = unsafe { sys::rte_eth_dev_rss_reta_query(self.inner.id, conf.as_mut_ptr(), size) };
+        if rc < 0 {
+            return Err(dpdk("rte_eth_dev_rss_reta_query", rc));
+        }
+        Ok(conf
+            .iter()
+            .flat_map(|g| g.reta)
+            .take(size as usize)
+            .collect())
+    }
+
+    /// Program the whole redirection table (`reta.len()` must be the
+    /// device's `reta_size`).
+    pub fn set_rss_reta(&self, reta: &[u16]) -> Result<()> {
+        let size = self.reta_size()?;
+        if reta.len() != size as usize {
+            return Err(Error::Port(format!(
+                "port {} has {size} redirection entries; {} given",
+                self.inner.name,
+                reta.len()
+            )));
+        }
+        let mut conf = reta_groups(size, reta);
+        // SAFETY: valid port id; `conf` holds every entry of the table.
+        let rc =
+            unsafe { sys::rte_eth_dev_rss_reta_update(self.inner.id, conf.as_mut_ptr(), size) };
+        if rc < 0 {
+            return Err(dpdk("rte_eth_dev_rss_reta_update", rc));
+        }
+        Ok(())
+    }
+
+    fn reta_size(&self) -> Result<u16> {
+        match self.inner.info.reta_size {
+            0 => Err(Error::Port(format!(
+                "port {} ({}) has no RSS redirection table",
+                self.inner.name, self.inner.info.driver
+            ))),
+            n => Ok(n),
+        }
+    }
+
     pub fn reset_stats(&self) -> Result<()> {
         // SAFETY: valid port id.
         let rc = unsafe { sys::rte_eth_stats_reset(self.inner.id) };
@@ -455,6 +523,22 @@ fn port_info(id: u16, name: &str) -> Result<PortInfo> {
         max_mtu: di.max_mtu,
         socket,
     })
+}
+
+/// ethdev's redirection table layout: groups of 64 entries, all selected,
+/// filled from `entries` (zeros past its end).
+fn reta_groups(size: u16, entries: &[u16]) -> Vec<sys::rte_eth_rss_reta_entry64> {
+    let mut groups = vec![
+        sys::rte_eth_rss_reta_entry64 {
+            mask: u64::MAX,
+            reta: [0; 64],
+        };
+        (size as usize).div_ceil(64)
+    ];
+    for (i, &q) in entries.iter().enumerate() {
+        groups[i / 64].reta[i % 64] = q;
+    }
+    groups
 }
 
 fn configure(info: &PortInfo, cfg: &PortConfig, pool: &Mempool) -> Result<PortFeatures> {

@@ -138,6 +138,35 @@ fn queues_are_spread_and_taken_once() {
 }
 
 #[test]
+fn rss_key_and_redirection_table_read_back_from_the_device() {
+    let eal = common::eal();
+    let pool = common::pool("p_rss", 2047);
+    let cfg = PortConfig {
+        rx_queues: 3,
+        tx_queues: 3,
+        ..PortConfig::default()
+    };
+    let port = Port::open(&eal, "net_null_rss0", &cfg, &pool).unwrap();
+    assert_ne!(port.features().rss_hf, 0, "net_null does RSS");
+    // net_null hashes with Microsoft's verification key, as most NICs do.
+    let key = port.rss_key().unwrap();
+    assert_eq!(key.len(), 40, "{key:02x?}");
+    assert_eq!(
+        key[..8],
+        [0x6d, 0x5a, 0x56, 0xda, 0x25, 0x5b, 0x0e, 0xc2],
+        "{key:02x?}"
+    );
+    let size = port.info().reta_size as usize;
+    assert_eq!(port.rss_reta().unwrap().len(), size);
+    // Program a table unlike the PMD's default, then read it back.
+    let table: Vec<u16> = (0..size).map(|i| (2 - i % 3) as u16).collect();
+    port.set_rss_reta(&table).unwrap();
+    assert_eq!(port.rss_reta().unwrap(), table);
+    let short = port.set_rss_reta(&table[1..]).unwrap_err().to_string();
+    assert!(short.contains("redirection entries"), "{short}");
+}
+
+#[test]
 fn bad_queue_counts_are_clear_errors() {
     let eal = common::eal();
     let pool = common::pool("p_badq", 1023);

@@ -3,7 +3,7 @@
 //! on the lcore that owns the flow (as Machnet does). The software steering
 //! fallback uses the same functions, so both paths agree.
 
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, SocketAddrV4};
 
 /// 40 bytes of 0x6d5a: a Toeplitz key for which hash(a->b) == hash(b->a),
 /// so both directions of a flow land on the same queue.
@@ -88,6 +88,60 @@ pub fn pick_source_port(
         .find(|&p| map.queue_of(udp4_hash(key, remote, local, remote_port, p)) == queue)
 }
 
+/// Where a port's receive side puts a flow: the Toeplitz key and queue map
+/// the NIC (or our software steering) uses, for a runtime that knows them.
+/// Queue i is lcore i.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FlowPlacement {
+    pub map: QueueMap,
+    pub key: Vec<u8>,
+}
+
+impl FlowPlacement {
+    /// One queue: every flow lands on lcore 0.
+    pub fn single_queue() -> FlowPlacement {
+        FlowPlacement {
+            map: QueueMap {
+                queues: 1,
+                reta_size: 0,
+            },
+            key: DEFAULT_KEY.to_vec(),
+        }
+    }
+
+    /// The lcore that receives what `remote` sends to `local`.
+    pub fn lcore_of_reply(&self, local: SocketAddrV4, remote: SocketAddrV4) -> u16 {
+        let h = udp4_hash(
+            &self.key,
+            *remote.ip(),
+            *local.ip(),
+            remote.port(),
+            local.port(),
+        );
+        self.map.queue_of(h)
+    }
+
+    /// The first local port from `from` up whose replies from `remote`
+    /// land on `lcore`.
+    pub fn source_port_for(
+        &self,
+        lcore: u16,
+        local: Ipv4Addr,
+        remote: SocketAddrV4,
+        from: u16,
+    ) -> Option<u16> {
+        pick_source_port(
+            &self.key,
+            self.map,
+            lcore,
+            local,
+            *remote.ip(),
+            remote.port(),
+            from..=u16::MAX,
+        )
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -138,5 +192,34 @@ mod tests {
             let h = udp4_hash(&DEFAULT_KEY, remote, local, 4433, p);
             assert_eq!(map.queue_of(h), queue);
         }
+    }
+
+    #[test]
+    fn placement_picks_ports_whose_replies_come_back_to_each_lcore() {
+        let placement = FlowPlacement {
+            map: QueueMap {
+                queues: 3,
+                reta_size: 0,
+            },
+            key: DEFAULT_KEY.to_vec(),
+        };
+        let local = Ipv4Addr::new(10, 0, 0, 2);
+        let remote = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 9), 4433);
+        let mut seen = std::collections::HashSet::new();
+        for lcore in 0..3 {
+            let mut from = 40_000;
+            for _ in 0..4 {
+                let p = placement
+                    .source_port_for(lcore, local, remote, from)
+                    .unwrap();
+                assert!(p >= from && seen.insert(p), "fresh port {p}");
+                let me = SocketAddrV4::new(local, p);
+                assert_eq!(placement.lcore_of_reply(me, remote), lcore);
+                from = p + 1;
+            }
+        }
+        let one = FlowPlacement::single_queue();
+        assert_eq!(one.source_port_for(0, local, remote, 50_000), Some(50_000));
+        assert_eq!(one.source_port_for(1, local, remote, 50_000), None);
     }
 }

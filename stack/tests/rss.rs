@@ -89,6 +89,24 @@ fn assert_spread_and_sticky(seen: &HashMap<u16, HashSet<usize>>) {
 fn software_steering_spreads_64_flows_and_keeps_each_on_one_lcore() {
     let (seen, _) = sixty_four_flows(SteeringMode::Software, 85);
     assert_spread_and_sticky(&seen);
+    // Each flow is where the runtime's placement (what a connecting flow
+    // picks its source port by) says it is.
+    let placement = stack::rss::FlowPlacement {
+        map: stack::rss::QueueMap {
+            queues: 2,
+            reta_size: 0,
+        },
+        key: stack::rss::DEFAULT_KEY.to_vec(),
+    };
+    let us = SocketAddrV4::new(Ipv4Addr::new(10, 85, 0, 2), 7);
+    for (port, lcores) in &seen {
+        let peer = SocketAddrV4::new(Ipv4Addr::new(10, 85, 0, 1), *port);
+        let predicted = placement.lcore_of_reply(us, peer) as usize;
+        assert!(
+            lcores.contains(&predicted),
+            "flow {port}: {lcores:?}, predicted {predicted}"
+        );
+    }
 }
 
 #[test]
@@ -97,4 +115,51 @@ fn multi_queue_receive_spreads_64_flows_and_keeps_each_on_one_lcore() {
     // hash, so this is the multi-queue path with no software hand-off.
     let (seen, _) = sixty_four_flows(SteeringMode::Auto, 86);
     assert_spread_and_sticky(&seen);
+}
+
+/// Which lcore gets a flow is known to the runtime where it decides it
+/// (software steering) or can read it from the device (net_null's RSS: key
+/// read back, redirection table set to i -> i % lcores), and unknown where
+/// the kernel picks the queue (net_tap).
+#[test]
+fn flow_placement_is_known_where_the_runtime_or_device_decides_it() {
+    use stack::rss::{FlowPlacement, QueueMap};
+    use stack::runtime::Runtime;
+    let eal = eal("0-1");
+    let us = Ipv4Addr::new(10, 87, 0, 2);
+
+    let nul = Runtime::start(&eal, &RuntimeConfig::new("net_null_place0", us, 24)).unwrap();
+    assert_eq!(nul.steering(), SteeringMode::Rss);
+    let reta_size = nul.port().info().reta_size;
+    let want = FlowPlacement {
+        map: QueueMap {
+            queues: 2,
+            reta_size,
+        },
+        key: nul.port().rss_key().unwrap(),
+    };
+    assert_eq!(nul.placement(), Some(&want));
+    let reta = nul.port().rss_reta().unwrap();
+    assert!(
+        reta.iter().enumerate().all(|(i, &q)| q as usize == i % 2),
+        "{reta:?}"
+    );
+    drop(nul);
+
+    let mut cfg = RuntimeConfig::new("net_tap0,iface=ainfplace0", us, 24);
+    let tap = Runtime::start(&eal, &cfg).unwrap();
+    assert_eq!(tap.steering(), SteeringMode::Rss);
+    assert_eq!(tap.placement(), None, "the kernel picks net_tap's queue");
+    drop(tap);
+
+    cfg.steering = SteeringMode::Software;
+    let sw = Runtime::start(&eal, &cfg).unwrap();
+    let p = sw.placement().expect("software steering decides");
+    assert_eq!(p.map.queues, 2);
+    // Both lcores get some of 64 reply flows.
+    let remote = SocketAddrV4::new(Ipv4Addr::new(10, 87, 0, 1), 4433);
+    let lcores: HashSet<u16> = (0..64)
+        .map(|i| p.lcore_of_reply(SocketAddrV4::new(us, 40_000 + i), remote))
+        .collect();
+    assert_eq!(lcores.len(), 2);
 }

@@ -20,7 +20,7 @@ use crate::host::{Host, HostConfig, NeighbourConfig, NeighbourTable};
 use crate::io::dpdk::{DpdkIo, RxSource, Steering, TxPath, UdpMbuf};
 use crate::io::impair::{ImpairConfig, Impaired};
 use crate::io::CountedIo;
-use crate::rss::{QueueMap, DEFAULT_KEY, SYMMETRIC_KEY};
+use crate::rss::{FlowPlacement, QueueMap, DEFAULT_KEY, SYMMETRIC_KEY};
 use crate::wire::EthernetAddress;
 
 pub use app::{LcoreApp, ServicesApp};
@@ -154,8 +154,7 @@ pub struct Runtime {
     host: Arc<HostConfig>,
     workers: Vec<Worker>,
     mode: SteeringMode,
-    queue_map: QueueMap,
-    rss_key: Vec<u8>,
+    placement: Option<FlowPlacement>,
     idle: IdlePolicy,
     impair: Option<ImpairConfig>,
 }
@@ -304,14 +303,23 @@ impl Runtime {
                 counters: Arc::new(SharedCounters::default()),
             });
         }
-        let queue_map = QueueMap {
-            queues: n,
-            reta_size: if mode == SteeringMode::Rss {
-                port.info().reta_size
-            } else {
-                0
-            },
+        let placement = match mode {
+            _ if n == 1 => Some(FlowPlacement::single_queue()),
+            SteeringMode::Software => Some(FlowPlacement {
+                map: QueueMap {
+                    queues: n,
+                    reta_size: 0,
+                },
+                key: rss_key.clone(),
+            }),
+            _ => hardware_placement(&port, n),
         };
+        if placement.is_none() {
+            tracing::info!(
+                port = %port.name(), driver = %port.info().driver,
+                "which lcore receives a flow is the PMD's (or kernel's) choice; connections cannot pick it"
+            );
+        }
         tracing::info!(
             port = %port.name(), %mac, ip = %cfg.ip, lcores = ?lcores, ?mode,
             mtu = features.mtu, "stack up"
@@ -323,8 +331,7 @@ impl Runtime {
             host,
             workers,
             mode,
-            queue_map,
-            rss_key,
+            placement,
             idle: cfg.idle,
             impair: cfg.impair,
         })
@@ -346,9 +353,12 @@ impl Runtime {
         self.mode
     }
 
-    /// How flow hashes map to lcores, and the key they are computed with.
-    pub fn queue_map(&self) -> (QueueMap, &[u8]) {
-        (self.queue_map, &self.rss_key)
+    /// Which lcore receives a flow, where this runtime can tell: one lcore,
+    /// software steering, or RSS on a device whose key and redirection
+    /// table we read and set. None on PMDs fed by the kernel (tap, af_xdp,
+    /// af_packet), whose rx queue the kernel picks by its own hash.
+    pub fn placement(&self) -> Option<&FlowPlacement> {
+        self.placement.as_ref()
     }
 
     /// The largest UDP payload one datagram carries on this port (MTU and
@@ -452,6 +462,31 @@ impl Runtime {
             apps,
         ))
     }
+}
+
+/// PMDs whose rx queue the kernel chooses (its own flow hash, not the
+/// device's Toeplitz key).
+const KERNEL_FED_DRIVERS: [&str; 3] = ["net_tap", "net_af_xdp", "net_af_packet"];
+
+/// RSS placement read from the device: its key, and a redirection table
+/// set to entry i -> queue i % queues (what most NICs start with, but not
+/// all: net_null starts with every entry on queue 0).
+fn hardware_placement(port: &Port, queues: u16) -> Option<FlowPlacement> {
+    if KERNEL_FED_DRIVERS.contains(&port.info().driver.as_str()) {
+        return None;
+    }
+    let key = port.rss_key().ok().filter(|k| k.len() >= 16)?;
+    let reta: Vec<u16> = (0..port.info().reta_size).map(|i| i % queues).collect();
+    if port.rss_reta().ok()? != reta {
+        port.set_rss_reta(&reta).ok()?;
+    }
+    Some(FlowPlacement {
+        map: QueueMap {
+            queues,
+            reta_size: reta.len() as u16,
+        },
+        key,
+    })
 }
 
 /// One lcore: the services' loop (see `app_loop`) over any backend: the
