@@ -177,3 +177,14 @@ fn gpu_mode_without_a_gpu_says_so_in_one_line() {
     let out = perf(&["gpu", "--bytes", "2"]);
     assert_one_line_error(&out, "--bytes 2");
 }
+
+#[test]
+fn unknown_steering_names_the_choices() {
+    let out = perf(&["quic-client", "--transport", "dpdk", "--steering", "fast"]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("unknown steering 'fast': use auto, rss or software"),
+        "{stderr}"
+    );
+}

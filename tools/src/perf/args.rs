@@ -147,6 +147,7 @@ ainftp-perf txonly --vdev net_tap0,iface=dtap0 --pkt-size 128 --json\n  \
 ainftp-perf rxonly --pci 0000:3b:00.0 --lcores 2-7 --queues 5\n  \
 ainftp-perf quic-server --transport dpdk --vdev net_af_xdp0,iface=veth1 --ip 10.0.0.2/24 --bind 10.0.0.2:4433\n  \
 ainftp-perf quic-client --transport udp --target 10.0.0.2:4433 --test bulk --conns 2 --streams 4 --bytes 100000000\n  \
+ainftp-perf quic-client --transport dpdk --vdev net_tap0,iface=qtap0 --ip 10.0.0.3/24 --lcores 0-1 --steering software --target 10.0.0.1:4433 --conns 4\n  \
 ainftp-perf tcp-server --bind 10.0.0.2:5201   # and: tcp-client --target 10.0.0.2:5201 --bytes 1000000000\n  \
 ainftp-perf allreduce --local-ranks 4 --transport udp -b 8 -e 64M -f 4 --codec i16\n  \
 RANK=0 WORLD_SIZE=2 MASTER_ADDR=10.0.0.1 MASTER_PORT=29500 ainftp-perf allreduce -e 1G"
@@ -191,6 +192,13 @@ pub struct PerfArgs {
     /// Idle behaviour of the forwarding loops.
     #[arg(long, value_enum, default_value_t = IdlePolicy::Adaptive)]
     pub idle: IdlePolicy,
+
+    /// --transport dpdk on several lcores: how flows reach them. auto (RSS
+    /// if the PMD has it, else software), rss, software. A quic-client on
+    /// several lcores needs to know where replies land: on net_tap and
+    /// net_af_xdp (the kernel picks the queue) use software.
+    #[arg(long, value_name = "MODE", value_parser = parse_steering, default_value = "auto")]
+    pub steering: stack::runtime::SteeringMode,
 
     /// With --transport dpdk: packet buffers in a hugepage arena registered
     /// with DPDK and CUDA (host-only without a GPU), so payloads land in
@@ -378,4 +386,8 @@ pub fn parse_bytes(s: &str) -> Result<u64, String> {
     n.checked_mul(mul)
         .filter(|&b| b >= 4)
         .ok_or_else(|| format!("'{s}': sizes must be at least 4 bytes (one f32)"))
+}
+
+fn parse_steering(s: &str) -> Result<stack::runtime::SteeringMode, String> {
+    s.parse()
 }

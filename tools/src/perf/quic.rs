@@ -7,7 +7,7 @@
 
 use std::net::SocketAddrV4;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -21,7 +21,8 @@ use stack::io::{Datagram, PacketIo};
 use stack::quic::certs::{create_ca, issue_node, NodeFiles};
 use stack::quic::lcore::{EndpointApp, QuicService};
 use stack::quic::perf::{ClientStream, PerfServer, MODE_DISCARD, MODE_ECHO, PERF_ALPN};
-use stack::quic::{ConnHandle, Endpoint, Event, QuicConfig, Trust};
+use stack::quic::{ConnHandle, Endpoint, EndpointStats, Event, QuicConfig, Trust};
+use stack::rss::FlowPlacement;
 use stack::runtime::{self, Runtime, RuntimeConfig};
 
 use crate::arena_pool::ArenaPool;
@@ -62,8 +63,8 @@ fn quic_err(e: stack::quic::QuicError) -> Error {
     Error::Usage(e.to_string())
 }
 
-/// Our DPDK stack on one lcore: `--vdev`/`--pci` and `--ip A/N`; its
-/// packet buffers in an arena with `--mbuf-arena` (keep the ArenaPool as
+/// Our DPDK stack on `--lcores` (default: one) with `--steering`:
+/// `--vdev`/`--pci` and `--ip A/N`; its packet buffers in an arena with `--mbuf-arena` (keep the ArenaPool as
 /// long as the runtime).
 pub(crate) fn dpdk_runtime(args: &PerfArgs) -> Result<(dpdk_ffi::Eal, Runtime, Option<ArenaPool>)> {
     let device = match (args.pci.first(), args.vdev.first()) {
@@ -93,6 +94,7 @@ pub(crate) fn dpdk_runtime(args: &PerfArgs) -> Result<(dpdk_ffi::Eal, Runtime, O
     })?;
     let mut cfg = RuntimeConfig::new(&device, ip, prefix);
     cfg.idle = args.idle.into();
+    cfg.steering = args.steering;
     let arena = match args.mbuf_arena {
         true => Some(ArenaPool::new(&eal, cfg.mbufs)?),
         false => None,
@@ -118,8 +120,19 @@ fn new_endpoint<B: Datagram>(
     }
 }
 
-/// Run `service` on an endpoint until `stop`, on the chosen transport;
-/// the service comes back.
+/// What an lcore's service is told when it is made.
+struct LcoreSlot {
+    index: usize,
+    lcores: usize,
+    /// Our address (the kernel socket's, or the stack's IP with the
+    /// `--bind` port or 40000).
+    local: SocketAddrV4,
+    /// Which lcore receives a flow; None where the kernel picks the queue.
+    placement: Option<FlowPlacement>,
+}
+
+/// Run one endpoint per lcore (one on kernel UDP) until `stop`, each with
+/// the service `make` builds for it; the services come back in lcore order.
 fn run_endpoint<S>(
     args: &PerfArgs,
     cfg: QuicConfig,
@@ -127,8 +140,8 @@ fn run_endpoint<S>(
     local: Option<SocketAddrV4>,
     route_to: Option<SocketAddrV4>,
     stop: Arc<AtomicBool>,
-    make: impl Fn(Option<SocketAddrV4>) -> S + Send + 'static,
-) -> Result<S>
+    make: impl Fn(&LcoreSlot) -> Result<S>,
+) -> Result<Vec<S>>
 where
     S: QuicService<stack::io::kernel::KernelDatagram>
         + QuicService<stack::io::dpdk::UdpMbuf>
@@ -151,8 +164,14 @@ where
             let mut io = KernelUdp::bind(bind, udp)
                 .map_err(|e| Error::Usage(format!("bind {bind}: {e}")))?;
             eprintln!("ainftp-perf: UDP payloads up to {} B", io.max_payload());
+            let service = make(&LcoreSlot {
+                index: 0,
+                lcores: 1,
+                local: io.local_addr(),
+                placement: Some(FlowPlacement::single_queue()),
+            })?;
             let ep = new_endpoint(server, &cfg, 0, io.max_payload()).map_err(quic_err)?;
-            let mut app = EndpointApp::new(ep, make(Some(io.local_addr())));
+            let mut app = EndpointApp::new(ep, service);
             runtime::app_loop(
                 &mut io,
                 &mut app,
@@ -160,18 +179,34 @@ where
                 args.idle.into(),
                 &SharedCounters::default(),
             );
-            Ok(app.service)
+            Ok(vec![app.service])
         }
         Transport::Dpdk => {
             let (_eal, rt, _arena) = dpdk_runtime(args)?;
             let ip = rt.host().ip;
             let max_payload = rt.max_payload();
-            let port = local.map(|l| l.port()).unwrap_or(40_000);
+            let local = SocketAddrV4::new(ip, local.map_or(40_000, |l| l.port()));
+            let lcores = rt.lcores().len();
+            let services = (0..lcores)
+                .map(|index| {
+                    make(&LcoreSlot {
+                        index,
+                        lcores,
+                        local,
+                        placement: rt.placement().cloned(),
+                    })
+                    .map(Some)
+                })
+                .collect::<Result<Vec<_>>>()?;
+            let services = std::sync::Mutex::new(services);
             let (_report, apps) = rt.run_apps(stop, move |i| {
                 let ep = new_endpoint(server, &cfg, i as u8, max_payload).expect("config checked");
-                EndpointApp::new(ep, make(Some(SocketAddrV4::new(ip, port))))
+                let service = services.lock().unwrap()[i]
+                    .take()
+                    .expect("one service per lcore");
+                EndpointApp::new(ep, service)
             })?;
-            Ok(apps.into_iter().next().expect("one lcore").service)
+            Ok(apps.into_iter().map(|a| a.service).collect())
         }
     }
 }
@@ -188,20 +223,18 @@ pub fn server(args: &PerfArgs) -> Result<serde_json::Value> {
         args.transport
     );
     let served = run_endpoint(args, cfg, true, Some(bind), None, stop, |_| {
-        PerfServer::new()
+        Ok(PerfServer::new())
     })?;
-    Ok(json!({"mode": "quic-server", "connections_closed": served.closed.len()}))
+    let closed: usize = served.iter().map(|s| s.closed.len()).sum();
+    Ok(json!({"mode": "quic-server", "connections_closed": closed}))
 }
 
-/// The client's plan and results, as an endpoint service.
+/// One lcore's share of the client: its connections and their results.
 struct Client {
     target: SocketAddrV4,
-    local: SocketAddrV4,
-    /// Source port step between connections: 1 on our stack (each its
-    /// own 4-tuple), 0 on one kernel socket (IDs tell them apart).
-    port_step: u16,
+    /// Our address of each of this lcore's connections.
+    locals: Vec<SocketAddrV4>,
     test: QuicTest,
-    conns: usize,
     streams: usize,
     bytes: u64,
     size: u64,
@@ -217,17 +250,23 @@ struct Client {
     finished_at: Option<Instant>,
     error: Option<String>,
     buf: Vec<u8>,
+    /// The endpoint's counters, as of the last poll.
+    endpoint: EndpointStats,
+    /// Lcores whose connections are not all closed yet; the last one out
+    /// stops the run.
+    running: Arc<AtomicUsize>,
+    counted_out: bool,
     stop: Arc<AtomicBool>,
 }
 
 impl<B: Datagram> QuicService<B> for Client {
     fn poll(&mut self, ep: &mut Endpoint<B>) {
+        self.endpoint = ep.stats();
+        if self.locals.is_empty() {
+            return self.count_out();
+        }
         if self.handles.is_empty() {
-            for i in 0..self.conns {
-                let local = SocketAddrV4::new(
-                    *self.local.ip(),
-                    self.local.port().wrapping_add(i as u16 * self.port_step),
-                );
+            for &local in &self.locals {
                 match ep.connect(local, self.target, Some("server")) {
                     Ok(h) => self.handles.push((h, Instant::now())),
                     Err(e) => return self.fail(e.to_string()),
@@ -290,7 +329,16 @@ impl Client {
             }
         }
         if ep.connections() == 0 {
-            self.stop.store(true, Ordering::Relaxed);
+            self.count_out();
+        }
+    }
+
+    fn count_out(&mut self) {
+        if !self.counted_out {
+            self.counted_out = true;
+            if self.running.fetch_sub(1, Ordering::AcqRel) == 1 {
+                self.stop.store(true, Ordering::Relaxed);
+            }
         }
     }
 
@@ -328,6 +376,47 @@ impl Client {
     }
 }
 
+/// Our address for each connection that lcore `slot.index` owns
+/// (connection c goes to lcore c % lcores). On one kernel socket they all
+/// share its address (connection IDs tell them apart). On our stack each
+/// has its own port, picked so that the server's replies land on the lcore
+/// that owns the connection: no hand-off between lcores.
+fn connection_locals(
+    slot: &LcoreSlot,
+    conns: usize,
+    target: SocketAddrV4,
+    own_ports: bool,
+) -> Result<Vec<SocketAddrV4>> {
+    let mine = (0..conns).filter(|c| c % slot.lcores == slot.index).count();
+    if !own_ports {
+        return Ok(vec![slot.local; mine]);
+    }
+    let placement = slot.placement.as_ref().ok_or_else(|| {
+        Error::Usage(
+            "quic-client on several lcores picks each connection's port so that replies reach \
+             its lcore, but this port's rx queue is the kernel's choice: use --steering software"
+                .into(),
+        )
+    })?;
+    let ip = *slot.local.ip();
+    let mut from = Some(slot.local.port());
+    let mut locals = Vec::with_capacity(mine);
+    for _ in 0..mine {
+        let port = from
+            .and_then(|f| placement.source_port_for(slot.index as u16, ip, target, f))
+            .ok_or_else(|| {
+                Error::Usage(format!(
+                    "no local port from {} up takes replies to lcore {}",
+                    slot.local.port(),
+                    slot.index
+                ))
+            })?;
+        locals.push(SocketAddrV4::new(ip, port));
+        from = port.checked_add(1);
+    }
+    Ok(locals)
+}
+
 /// Bulk goodput or request/response latency against `--target`.
 pub fn client(args: &PerfArgs) -> Result<serde_json::Value> {
     let target = addr("--target", &args.target)?;
@@ -339,18 +428,20 @@ pub fn client(args: &PerfArgs) -> Result<serde_json::Value> {
     let cfg = quic_config(args, "client")?;
     Endpoint::<stack::io::heap::HeapDatagram>::client(cfg.clone(), 0, 1472).map_err(quic_err)?;
     let stop = stop_flag(0.0)?;
-    let (test, conns, streams, bytes) = (args.test, args.conns, args.streams, args.bytes);
+    let (test, streams, bytes) = (args.test, args.streams, args.bytes);
+    let conns = if test == QuicTest::Rr { 1 } else { args.conns };
     let (size, count, warmup) = (args.size as u64, args.count, args.warmup);
     let transport = args.transport;
     let client_stop = stop.clone();
+    let running = Arc::new(AtomicUsize::new(0));
     let started = Instant::now();
-    let c = run_endpoint(args, cfg, false, None, Some(target), stop, move |local| {
-        Client {
+    let clients = run_endpoint(args, cfg, false, None, Some(target), stop, |slot| {
+        // Every lcore counts itself in before any of them runs.
+        running.fetch_add(1, Ordering::Relaxed);
+        Ok(Client {
             target,
-            local: local.expect("the transport knows its address"),
-            port_step: u16::from(transport == Transport::Dpdk),
+            locals: connection_locals(slot, conns, target, transport == Transport::Dpdk)?,
             test,
-            conns: if test == QuicTest::Rr { 1 } else { conns },
             streams,
             bytes,
             size,
@@ -366,56 +457,84 @@ pub fn client(args: &PerfArgs) -> Result<serde_json::Value> {
             finished_at: None,
             error: None,
             buf: vec![0; 256 * 1024],
+            endpoint: EndpointStats::default(),
+            running: running.clone(),
+            counted_out: false,
             stop: client_stop.clone(),
-        }
+        })
     })?;
-    if let Some(e) = c.error {
+    if let Some(e) = clients.iter().find_map(|c| c.error.as_ref()) {
         return Err(Error::Usage(format!("quic client: {e}")));
     }
-    let (Some(t0), Some(t1)) = (c.established_at, c.finished_at) else {
+    // The run spans the first lcore's start to the last lcore's finish.
+    let active: Vec<&Client> = clients.iter().filter(|c| !c.locals.is_empty()).collect();
+    let spans: Option<Vec<(Instant, Instant)>> = active
+        .iter()
+        .map(|c| Some((c.established_at?, c.finished_at?)))
+        .collect();
+    let Some(spans) = spans else {
         return Err(Error::Usage(format!(
             "quic client: stopped before finishing after {:.1} s (is the server up at {target}?)",
             started.elapsed().as_secs_f64()
         )));
     };
+    let t0 = spans.iter().map(|s| s.0).min().expect("a connection");
+    let t1 = spans.iter().map(|s| s.1).max().expect("a connection");
     let secs = (t1 - t0).as_secs_f64().max(1e-9);
+    let mut handshake = Histogram::<u64>::new(3).expect("histogram");
+    let mut latency = Histogram::<u64>::new(3).expect("histogram");
+    for c in &active {
+        handshake.add(&c.handshake).expect("same histogram bounds");
+        latency.add(&c.latency).expect("same histogram bounds");
+    }
+    let per_lcore: Vec<_> = clients
+        .iter()
+        .map(|c| {
+            json!({"conns": c.locals.len(), "datagrams_in": c.endpoint.datagrams_in,
+                   "unknown_connection": c.endpoint.unknown_connection})
+        })
+        .collect();
+    let lcores = clients.len();
     let transport = format!("{:?}", transport).to_lowercase();
-    let hs_us = c.handshake.value_at_quantile(0.5);
+    let hs_us = handshake.value_at_quantile(0.5);
     match args.test {
         QuicTest::Bulk => {
-            if let Some((_, bad)) = c.jobs.iter().find(|(_, s)| !s.is_correct()) {
+            let jobs = active.iter().flat_map(|c| &c.jobs);
+            if let Some((_, bad)) = jobs.clone().find(|(_, s)| !s.is_correct()) {
                 return Err(Error::Usage(format!(
                     "server's count wrong on stream {}",
                     bad.id
                 )));
             }
-            let total: u64 = c.jobs.iter().map(|(_, s)| s.bytes()).sum();
+            let total: u64 = jobs.map(|(_, s)| s.bytes()).sum();
             let gbps = total as f64 * 8.0 / secs / 1e9;
             println!(
                 "quic bulk over {transport}: {total} bytes in {secs:.3} s = {gbps:.3} Gbit/s \
-                 ({conns} conns x {streams} streams, {:.3} Gbit/s per conn); handshake p50 {hs_us} us",
+                 ({conns} conns x {streams} streams on {lcores} lcore(s), {:.3} Gbit/s per conn); \
+                 handshake p50 {hs_us} us",
                 gbps / conns as f64
             );
             Ok(
                 json!({"mode": "quic-client", "test": "bulk", "transport": transport,
                       "bytes": total, "seconds": secs, "gbps": gbps,
                       "gbps_per_conn": gbps / conns as f64, "conns": conns, "streams": streams,
-                      "handshake_p50_us": hs_us}),
+                      "handshake_p50_us": hs_us, "lcores": lcores, "per_lcore": per_lcore}),
             )
         }
         QuicTest::Rr => {
-            let q = |p: f64| c.latency.value_at_quantile(p) as f64 / 1000.0;
+            let q = |p: f64| latency.value_at_quantile(p) as f64 / 1000.0;
             println!(
                 "quic rr over {transport}: {} requests of {size} B, p50 {:.1} us p99 {:.1} us p999 {:.1} us; handshake {hs_us} us",
-                c.latency.len(),
+                latency.len(),
                 q(0.5),
                 q(0.99),
                 q(0.999)
             );
             Ok(
                 json!({"mode": "quic-client", "test": "rr", "transport": transport,
-                      "requests": c.latency.len(), "size": size, "p50_us": q(0.5),
-                      "p99_us": q(0.99), "p999_us": q(0.999), "handshake_us": hs_us}),
+                      "requests": latency.len(), "size": size, "p50_us": q(0.5),
+                      "p99_us": q(0.99), "p999_us": q(0.999), "handshake_us": hs_us,
+                      "lcores": lcores, "per_lcore": per_lcore}),
             )
         }
     }
