@@ -1,10 +1,9 @@
 //! The internet checksum (RFC 1071) and its incremental update (RFC 1624).
 //!
-//! The sum is taken over 64-bit big-endian words with end-around carry:
-//! since 2^64 - 1 is a multiple of 2^16 - 1, folding the 64-bit one's
-//! complement sum gives the same 16-bit result as summing byte pairs, at a
-//! quarter of the additions. The end-around carry also means the accumulator
-//! can never overflow, whatever the length of the input.
+//! The sum is a one's complement sum with end-around carry, accumulated
+//! in wide words: since 2^32 - 1 and 2^64 - 1 are multiples of 2^16 - 1,
+//! folding a wide one's complement sum gives the same 16-bit result as
+//! summing byte pairs (see `sum` for how the bulk is added).
 //!
 //! Values are kept *folded but not inverted* until `finish`, because that is
 //! the form partial sums combine in and the form DPDK wants for offload.
@@ -17,11 +16,24 @@ fn add64(acc: u64, word: u64) -> u64 {
     s + u64::from(carry)
 }
 
-/// Unfolded one's complement sum of `data`, read as big-endian 16-bit words.
+/// One's complement sum of `data`, read as big-endian 16-bit words, in a
+/// form to `fold` (its bits mean nothing else).
 ///
 /// An odd trailing byte counts as the high byte of a word padded with zero,
-/// as RFC 1071 requires. Only `fold` the result: its bits mean nothing else.
+/// as RFC 1071 requires.
 pub fn sum(data: &[u8]) -> u64 {
+    // Headers and small datagrams are summed by the simple loop, payloads
+    // by the vectorised one, which costs a few ns more to set up and end:
+    // 20 B: 3.1 ns simple, 6.5 ns wide; 1472 B: 107 ns simple, 53 ns wide.
+    if data.len() < 256 {
+        sum_short(data)
+    } else {
+        sum_wide(data)
+    }
+}
+
+/// 64-bit big-endian words with end-around carry.
+fn sum_short(data: &[u8]) -> u64 {
     let mut words = data.chunks_exact(8);
     let mut acc = 0u64;
     for word in &mut words {
@@ -46,6 +58,36 @@ pub fn sum(data: &[u8]) -> u64 {
         acc = add64(acc, u64::from(odd) << 8);
     }
     acc
+}
+
+/// The bulk in native (little-endian) order, as 32-bit words into eight
+/// 64-bit lanes: no lane can carry out before 128 GiB of input, so the
+/// loop has no carry chain and the compiler vectorises it. The sum of
+/// 16-bit words is byte-order independent (RFC 1071 section 2): the folded
+/// native sum, byte-swapped, is the big-endian one.
+fn sum_wide(data: &[u8]) -> u64 {
+    let mut blocks = data.chunks_exact(32);
+    let mut lanes = [0u64; 8];
+    for block in &mut blocks {
+        for (lane, word) in lanes.iter_mut().zip(block.chunks_exact(4)) {
+            *lane += u64::from(u32::from_le_bytes(word.try_into().expect("4 bytes")));
+        }
+    }
+    let mut acc = lanes.iter().fold(0u64, |acc, &l| add64(acc, l));
+    let mut rest = blocks.remainder();
+    while let Some((word, tail)) = rest.split_first_chunk::<4>() {
+        acc = add64(acc, u64::from(u32::from_le_bytes(*word)));
+        rest = tail;
+    }
+    if let Some((word, tail)) = rest.split_first_chunk::<2>() {
+        acc = add64(acc, u64::from(u16::from_le_bytes(*word)));
+        rest = tail;
+    }
+    if let Some(&odd) = rest.first() {
+        // The high byte of a big-endian word is the low byte here.
+        acc = add64(acc, u64::from(odd));
+    }
+    u64::from(fold(acc).swap_bytes())
 }
 
 /// Folds a one's complement accumulator down to 16 bits.
@@ -136,8 +178,21 @@ mod tests {
     fn carries_wrap_around() {
         assert_eq!(data(&[0xff, 0xff, 0x00, 0x01]), 0x0001);
         assert_eq!(data(&[0xff; 64]), 0xffff);
+        // Every lane full of ones, over a jumbo frame's worth of words.
+        assert_eq!(data(&[0xff; 9001]), naive(&[0xff; 9001]));
+        assert_eq!(data(&[0x80; 9000]), naive(&[0x80; 9000]));
         assert_eq!(fold(0xffff_ffff_ffff_ffff), 0xffff);
         assert_eq!(fold(0x1_0000), 0x0001);
+    }
+
+    #[test]
+    fn short_and_wide_loops_agree_at_every_length_and_tail() {
+        let bytes: Vec<u8> = (0..700u32).map(|i| (i * 151 + 7) as u8).collect();
+        for len in 0..bytes.len() {
+            let d = &bytes[..len];
+            assert_eq!(fold(sum_short(d)), fold(sum_wide(d)), "length {len}");
+            assert_eq!(fold(sum_wide(d)), naive(d), "length {len}");
+        }
     }
 
     #[test]
@@ -173,7 +228,7 @@ mod tests {
 
     proptest! {
         #[test]
-        fn matches_naive(bytes in proptest::collection::vec(any::<u8>(), 0..600)) {
+        fn matches_naive(bytes in proptest::collection::vec(any::<u8>(), 0..2000)) {
             prop_assert_eq!(data(&bytes), naive(&bytes));
         }
 
