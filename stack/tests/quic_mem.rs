@@ -560,7 +560,7 @@ fn without_retry_the_handshake_limit_bounds_state() {
 #[test]
 fn a_thousand_connections_open_and_close_without_leaking_state() {
     let dir = cluster("many");
-    // A short idle timeout bounds a stalled handshake (see below).
+    // A short idle timeout bounds a stalled handshake, should one happen.
     let short = |name| QuicConfig {
         idle_timeout: Duration::from_secs(3),
         ..node_config(&dir, name)
@@ -605,12 +605,12 @@ fn a_thousand_connections_open_and_close_without_leaking_state() {
         }
     }
     assert_eq!(closed, total);
-    // On a loaded 2-core CI machine (debug build) a handshake has been seen
-    // to stall until its idle timeout, about once in a thousand: tolerated
-    // here (under investigation); what this test is about is that every
-    // connection, stalled or not, leaves nothing behind.
+    // No handshake may stall. Under load one in a few hundred did, until
+    // the idle timeout: a client closing before the handshake was
+    // confirmed flooded the link with ACK-only packets (see
+    // a_close_stuck_behind_an_unconfirmed_handshake_...).
     assert!(
-        stalled.len() <= 10,
+        stalled.is_empty(),
         "{} handshakes stalled: {stalled:?}",
         stalled.len()
     );
@@ -618,7 +618,68 @@ fn a_thousand_connections_open_and_close_without_leaking_state() {
     assert_eq!(p.client.ep.connections(), 0);
     assert_eq!(p.server.ep.connections(), 0);
     assert_eq!(p.server.ep.handshakes_in_progress(), 0);
-    assert!(p.server.ep.stats().accepted >= (total as usize - stalled.len()) as u64);
+    assert_eq!(p.server.ep.stats().accepted, total as u64);
+}
+
+/// A client that closes right after its handshake completes while it owes
+/// the server an ACK for a Handshake packet (the server, not having the
+/// client's Finished, retransmitted its flight): quiche sends the
+/// application close only in 1-RTT packets, but the owed ACK makes it pick
+/// a Handshake packet on every send, and a closing connection never clears
+/// that debt. Each send then produced an ACK-only packet, thousands a
+/// second until the idle timeout; under load this flooded the link and
+/// stalled other handshakes. The endpoint ends such a close after a few
+/// datagrams.
+#[test]
+fn a_close_stuck_behind_an_unconfirmed_handshake_ends_without_a_packet_storm() {
+    let mut p = cluster_pair("stuckclose", ImpairConfig::default());
+    let conn = p.conn;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !p.client.ep.is_established(conn) {
+        assert!(Instant::now() < deadline, "handshake");
+        p.server.drive();
+        p.client.drive();
+    }
+    // The server never gets the client's Finished, so its probe timer
+    // resends its Handshake flight.
+    p.server.blackhole = true;
+    let sent = p.server.ep.stats().datagrams_out;
+    while p.server.ep.stats().datagrams_out == sent {
+        assert!(Instant::now() < deadline, "server probe");
+        p.server.drive();
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    // The client takes it in (now owing an ACK) and closes before sending.
+    let mut rx = Vec::new();
+    p.client.io.recv_burst(&mut rx, 64);
+    assert!(!rx.is_empty(), "the probe arrived");
+    for d in rx {
+        p.client.ep.recv(d, &mut p.client.io, &mut p.client.tx);
+    }
+    let before = p.client.ep.stats().datagrams_out;
+    p.client.ep.close(conn, 7, b"bye").unwrap();
+    let closed = p.run_until(Duration::from_secs(2), |p| p.client.ep.connections() == 0);
+    let sent = p.client.ep.stats().datagrams_out - before;
+    assert!(sent <= 20, "{sent} datagrams after close");
+    assert!(closed, "the closing connection is gone");
+    let reason = p
+        .client_events()
+        .into_iter()
+        .find_map(|e| match e {
+            Event::Closed {
+                conn: c, reason, ..
+            } if c == conn => Some(reason),
+            _ => None,
+        })
+        .expect("a Closed event");
+    assert_eq!(
+        reason,
+        CloseReason::Local {
+            app: true,
+            code: 7,
+            reason: b"bye".to_vec()
+        }
+    );
 }
 
 #[test]

@@ -128,7 +128,20 @@ struct Conn {
     /// Our IDs for this connection in `by_cid`, removed when it closes.
     cids: Vec<CidKey>,
     refused: Option<&'static str>,
+    /// After `close`: datagrams it may still send before its close frame
+    /// is out (see `CLOSE_DATAGRAMS`).
+    close_budget: Option<u8>,
 }
+
+/// A connection closed by the application normally sends its close in the
+/// next datagram and starts draining. quiche can send an application close
+/// only in a 1-RTT packet, though, and a client that closes before the
+/// handshake is confirmed while it owes a Handshake ACK gets a Handshake
+/// packet from every `send`, without the close, forever (observed: 400,000
+/// ACK-only datagrams in 2 s, which flooded the link and stalled other
+/// handshakes). Past this many datagrams without draining, the endpoint
+/// drops the connection; the peer times out.
+const CLOSE_DATAGRAMS: u8 = 8;
 
 pub struct Endpoint<B: Datagram> {
     lcore: u8,
@@ -301,6 +314,7 @@ impl<B: Datagram> Endpoint<B> {
                 next_uni: if server { 3 } else { 2 },
                 cids: vec![key],
                 refused: None,
+                close_budget: None,
             },
         );
         self.order.push(h);
@@ -607,6 +621,9 @@ impl<B: Datagram> Endpoint<B> {
                     b.set_local_port(c.local_port);
                     bytes += len;
                     self.stats.datagrams_out += 1;
+                    if let Some(left) = c.close_budget.as_mut().filter(|_| !c.q.is_draining()) {
+                        *left = left.saturating_sub(1);
+                    }
                     if info.at > now + Duration::from_micros(50) {
                         self.paced.push(info.at, b);
                     } else {
@@ -623,6 +640,13 @@ impl<B: Datagram> Endpoint<B> {
                     break;
                 }
             }
+            if c.close_budget == Some(0) {
+                break;
+            }
+        }
+        if c.close_budget == Some(0) && !c.q.is_draining() {
+            warn!(conn = h, peer = %c.peer, "quic close could not be sent before the handshake was confirmed; connection dropped");
+            return true;
         }
         c.q.is_closed()
     }
@@ -742,7 +766,9 @@ impl<B: Datagram> Endpoint<B> {
     /// Close with an application error code; the peer sees `code` and
     /// `reason`. The connection drains, then a `Closed` event follows.
     pub fn close(&mut self, h: ConnHandle, code: u64, reason: &[u8]) -> Result<(), QuicError> {
-        match self.conn(h)?.q.close(true, code, reason) {
+        let c = self.conn(h)?;
+        c.close_budget.get_or_insert(CLOSE_DATAGRAMS);
+        match c.q.close(true, code, reason) {
             Ok(()) | Err(quiche::Error::Done) => Ok(()),
             Err(e) => Err(e.into()),
         }
