@@ -15,15 +15,15 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{cluster, perf_node_config, tap_up, Running};
+use common::{cluster, perf_node_config, start_perf_server, tap_up, Running};
 use stack::io::dpdk::UdpMbuf;
 use stack::quic::lcore::{EndpointApp, QuicService};
-use stack::quic::perf::{ClientStream, PerfServer, MODE_ECHO};
+use stack::quic::perf::{ClientStream, MODE_ECHO};
 use stack::quic::{CloseReason, ConnHandle, Endpoint, Event};
 use stack::runtime::RuntimeConfig;
 
 const PEER: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/interop/aioquic_peer.py");
-const MAX_PAYLOAD: usize = 1472;
+use common::MAX_PAYLOAD;
 
 fn json_line(out: &[u8]) -> String {
     String::from_utf8_lossy(out)
@@ -56,38 +56,11 @@ fn aioquic_client(dir: &std::path::Path, host: Ipv4Addr, extra: &[&str]) -> (boo
     (out.status.success(), line)
 }
 
-type PerfServerApp = EndpointApp<UdpMbuf, PerfServer>;
-
-/// Our perf server on DPDK over a TAP device `iface` at `us`/24, with the
-/// kernel's end at .1; the cluster certificates are in the returned dir.
-fn start_perf_server(
-    eal: &dpdk_ffi::Eal,
-    iface: &str,
-    us: Ipv4Addr,
-    tag: &str,
-) -> (Running<PerfServerApp>, std::path::PathBuf) {
-    let cfg = RuntimeConfig::new(&format!("net_tap0,iface={iface}"), us, 24);
-    let dir = cluster(tag);
-    let server_dir = dir.clone();
-    let running = Running::start_apps(eal, &cfg, move |i| {
-        let ep = Endpoint::server(
-            perf_node_config(&server_dir, "server"),
-            i as u8,
-            MAX_PAYLOAD,
-        )
-        .expect("server config");
-        EndpointApp::new(ep, PerfServer::new())
-    });
-    let [a, b, c, _] = us.octets();
-    tap_up(iface, Ipv4Addr::new(a, b, c, 1), 24);
-    (running, dir)
-}
-
 #[test]
 fn aioquic_client_against_our_server_on_dpdk() {
     let eal = common::eal("0");
     let us = Ipv4Addr::new(10, 78, 0, 2);
-    let (running, dir) = start_perf_server(&eal, "ainfq91", us, "interop-server");
+    let (running, dir) = start_perf_server(&eal, "ainfq91", us, "interop-server", None);
 
     // Sizes from 1 B to 16 MiB, each echoed on its own stream, and datagrams.
     let sizes = "1,2,1000,1472,65536,1048576,16777216";
@@ -206,7 +179,7 @@ impl Drop for LossyLink {
 fn aioquic_client_against_our_server_over_a_lossy_real_link() {
     let eal = common::eal("0");
     let us = Ipv4Addr::new(10, 79, 0, 2);
-    let (running, dir) = start_perf_server(&eal, "ainfq93", us, "interop-lossy");
+    let (running, dir) = start_perf_server(&eal, "ainfq93", us, "interop-lossy", None);
     for percent in [5, 10] {
         let link = LossyLink::install("ainfq93", percent);
         let (ok, line) = aioquic_client(

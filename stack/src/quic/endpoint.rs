@@ -102,6 +102,9 @@ pub struct EndpointStats {
     pub closed: u64,
     /// Buffers the backend could not allocate when quiche had data.
     pub alloc_failures: u64,
+    /// Connections closed here whose close could not be sent (see
+    /// `CLOSE_DATAGRAMS`): dropped, the peer times out.
+    pub closes_unsent: u64,
 }
 
 /// A connection's transport statistics.
@@ -645,6 +648,7 @@ impl<B: Datagram> Endpoint<B> {
             }
         }
         if c.close_budget == Some(0) && !c.q.is_draining() {
+            self.stats.closes_unsent += 1;
             warn!(conn = h, peer = %c.peer, "quic close could not be sent before the handshake was confirmed; connection dropped");
             return true;
         }

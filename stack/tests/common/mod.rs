@@ -15,7 +15,13 @@ use dpdk_ffi::Eal;
 use stack::counters::SharedCounters;
 use stack::io::dpdk::{DpdkIo, UdpMbuf};
 use stack::io::impair::Impaired;
+use stack::quic::lcore::EndpointApp;
+use stack::quic::perf::PerfServer;
+use stack::quic::Endpoint;
 use stack::runtime::{LcoreApp, RunReport, Runtime, RuntimeConfig, Services, ServicesApp};
+
+/// The UDP payload our QUIC endpoints use over TAP links.
+pub const MAX_PAYLOAD: usize = 1472;
 
 pub fn eal(lcores: &str) -> Eal {
     Eal::init([
@@ -174,4 +180,30 @@ pub fn pattern(n: usize, seed: u8) -> Vec<u8> {
     (0..n)
         .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
         .collect()
+}
+
+pub type PerfServerApp = EndpointApp<UdpMbuf, PerfServer>;
+
+/// Our perf server on DPDK over a TAP device `iface` at `us`/24, with the
+/// kernel's end at .1; the cluster certificates are in the returned dir.
+/// `idle_timeout` overrides the config's.
+pub fn start_perf_server(
+    eal: &dpdk_ffi::Eal,
+    iface: &str,
+    us: Ipv4Addr,
+    tag: &str,
+    idle_timeout: Option<Duration>,
+) -> (Running<PerfServerApp>, std::path::PathBuf) {
+    let cfg = RuntimeConfig::new(&format!("net_tap0,iface={iface}"), us, 24);
+    let dir = cluster(tag);
+    let server_dir = dir.clone();
+    let running = Running::start_apps(eal, &cfg, move |i| {
+        let mut config = perf_node_config(&server_dir, "server");
+        config.idle_timeout = idle_timeout.unwrap_or(config.idle_timeout);
+        let ep = Endpoint::server(config, i as u8, MAX_PAYLOAD).expect("server config");
+        EndpointApp::new(ep, PerfServer::new())
+    });
+    let [a, b, c, _] = us.octets();
+    tap_up(iface, Ipv4Addr::new(a, b, c, 1), 24);
+    (running, dir)
 }
