@@ -95,7 +95,7 @@
 //! scale = absmax / 32767.0f32;   inv = 32767.0f32 / absmax
 //! nearest:    q_i = clamp(round_ties_even(x_i * inv), -32767, 32767)
 //! stochastic: q_i = clamp(floor(x_i * inv + u_i), -32767, 32767)
-//!             u_i = (fmix32(seed ^ i.wrapping_mul(0x9E3779B9)) >> 8) as f32 * 2^-24
+//!             u_i = ((fmix32(seed) + i * 0x9E3779B9) mod 2^32 >> 8) as f32 * 2^-24
 //! dequantize: y_i = (q_i as f32) * scale
 //! accumulate: acc_i = acc_i + (q_i as f32) * scale    (no fma)
 //! ```

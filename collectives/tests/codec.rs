@@ -27,9 +27,13 @@ fn fmix32_and_dither_match_reference_values() {
     assert_eq!(fmix32(0), 0);
     assert_eq!(fmix32(1), 0x514e_28b7);
     assert_eq!(fmix32(0xdead_beef), 0x0de5_c6a9);
-    // u = (hash >> 8) * 2^-24: compare the exact 24-bit numerators.
+    // u_i = ((fmix32(seed) + i * 0x9E3779B9) mod 2^32 >> 8) * 2^-24:
+    // compare the exact 24-bit numerators.
     assert_eq!(dither(42, 0) * 16_777_216.0, 557_005.0);
-    assert_eq!(dither(42, 3) * 16_777_216.0, 5_458_204.0);
+    assert_eq!(dither(42, 3) * 16_777_216.0, 14_886_458.0);
+    // One golden-ratio step apart, wrapping: 2^32 / phi ~ 0.618 of the circle.
+    let step = dither(7, 1) - dither(7, 0);
+    assert!((step.rem_euclid(1.0) - 0.618).abs() < 1e-3, "{step}");
 }
 
 #[test]

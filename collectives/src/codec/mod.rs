@@ -47,9 +47,30 @@ pub fn fmix32(mut h: u32) -> u32 {
     h
 }
 
-/// The stochastic-rounding offset `u_i` in [0, 1) for element `i` of a chunk.
+/// The stochastic-rounding offset `u_i` in [0, 1) for element `i` of a chunk:
+/// a Weyl sequence (steps of the golden ratio) from a hashed seed.
+///
+/// Each `u_i` is uniform over seeds, which is all that unbiased rounding
+/// needs, and neighbours are spread evenly rather than independently,
+/// which only lowers the summed error of a chunk. It costs one add per
+/// element in the SIMD kernels, where hashing every element (the earlier
+/// spec) cost three 32-bit multiplies and held stochastic rounding to a
+/// third of nearest's speed.
 pub fn dither(seed: u32, i: u32) -> f32 {
-    (fmix32(seed ^ i.wrapping_mul(0x9E37_79B9)) >> 8) as f32 * (1.0 / 16_777_216.0)
+    dither_at(dither_start(seed), i)
+}
+
+/// `dither` of element `i` of the chunk whose sequence starts at `start`.
+pub(crate) fn dither_at(start: u32, i: u32) -> f32 {
+    (start.wrapping_add(i.wrapping_mul(GOLDEN)) >> 8) as f32 * (1.0 / 16_777_216.0)
+}
+
+/// 2^32 / golden ratio, odd: the Weyl step of `dither`.
+pub(crate) const GOLDEN: u32 = 0x9E37_79B9;
+
+/// Where a chunk's dither sequence starts.
+pub(crate) fn dither_start(seed: u32) -> u32 {
+    fmix32(seed)
 }
 
 /// Clamp to the symmetric i16 range; written as compares so that it matches

@@ -1,7 +1,7 @@
 //! Reference (scalar) kernels: the normative form of the i16 spec. The SIMD
 //! kernels must produce the same bits; tests compare them element by element.
 
-use super::{clamp_q, dither};
+use super::{clamp_q, dither_at, dither_start};
 
 /// `(max |x_i|, first non-finite index)`.
 pub fn absmax(x: &[f32]) -> (f32, Option<usize>) {
@@ -27,8 +27,9 @@ pub fn quantize_nearest(x: &[f32], inv: f32, out: &mut [u8]) {
 }
 
 pub fn quantize_stochastic(x: &[f32], inv: f32, seed: u32, out: &mut [u8]) {
+    let start = dither_start(seed);
     for (i, (v, o)) in x.iter().zip(out.chunks_exact_mut(2)).enumerate() {
-        let u = dither(seed, i as u32);
+        let u = dither_at(start, i as u32);
         // Separate multiply and add (no fma), exactly as the spec.
         let t = v * inv;
         let q = clamp_q((t + u).floor()) as i16;

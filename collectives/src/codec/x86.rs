@@ -9,9 +9,7 @@ use core::arch::x86_64::*;
 use super::scalar;
 
 const QMAX: f32 = 32767.0;
-const GOLDEN: i32 = 0x9E37_79B9u32 as i32;
-const FMIX_C1: i32 = 0x85eb_ca6bu32 as i32;
-const FMIX_C2: i32 = 0xc2b2_ae35u32 as i32;
+const GOLDEN: i32 = super::GOLDEN as i32;
 const TWO_POW_M24: f32 = 1.0 / 16_777_216.0;
 
 // ---------------------------------------------------------------- AVX2
@@ -105,21 +103,22 @@ pub fn quantize_nearest_avx2(x: &[f32], inv: f32, out: &mut [u8]) {
     scalar::quantize_nearest(&x[body..], inv, &mut out[2 * body..]);
 }
 
+/// `dither` for elements `first..first + 8`, from the chunk's
+/// `dither_start`.
 #[target_feature(enable = "avx2")]
-fn dither_avx2(seed: u32, first: u32) -> __m256 {
-    let idx = _mm256_add_epi32(
-        _mm256_set1_epi32(first as i32),
-        _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
+fn dither_avx2(start: u32, first: u32) -> __m256 {
+    let base = start.wrapping_add(first.wrapping_mul(super::GOLDEN));
+    let steps = _mm256_setr_epi32(
+        0,
+        GOLDEN,
+        GOLDEN.wrapping_mul(2),
+        GOLDEN.wrapping_mul(3),
+        GOLDEN.wrapping_mul(4),
+        GOLDEN.wrapping_mul(5),
+        GOLDEN.wrapping_mul(6),
+        GOLDEN.wrapping_mul(7),
     );
-    let mut h = _mm256_xor_si256(
-        _mm256_set1_epi32(seed as i32),
-        _mm256_mullo_epi32(idx, _mm256_set1_epi32(GOLDEN)),
-    );
-    h = _mm256_xor_si256(h, _mm256_srli_epi32::<16>(h));
-    h = _mm256_mullo_epi32(h, _mm256_set1_epi32(FMIX_C1));
-    h = _mm256_xor_si256(h, _mm256_srli_epi32::<13>(h));
-    h = _mm256_mullo_epi32(h, _mm256_set1_epi32(FMIX_C2));
-    h = _mm256_xor_si256(h, _mm256_srli_epi32::<16>(h));
+    let h = _mm256_add_epi32(_mm256_set1_epi32(base as i32), steps);
     // h >> 8 < 2^24: the int -> float conversion and the scaling are exact.
     _mm256_mul_ps(
         _mm256_cvtepi32_ps(_mm256_srli_epi32::<8>(h)),
@@ -130,6 +129,7 @@ fn dither_avx2(seed: u32, first: u32) -> __m256 {
 #[target_feature(enable = "avx2")]
 pub fn quantize_stochastic_avx2(x: &[f32], inv: f32, seed: u32, out: &mut [u8]) {
     let invv = _mm256_set1_ps(inv);
+    let start = super::dither_start(seed);
     let body = x.len() / 16 * 16;
     let mut i = 0;
     while i < body {
@@ -140,8 +140,8 @@ pub fn quantize_stochastic_avx2(x: &[f32], inv: f32, seed: u32, out: &mut [u8]) 
                 _mm256_loadu_ps(x.as_ptr().add(i + 8)),
             )
         };
-        let ta = _mm256_add_ps(_mm256_mul_ps(a, invv), dither_avx2(seed, i as u32));
-        let tb = _mm256_add_ps(_mm256_mul_ps(b, invv), dither_avx2(seed, (i + 8) as u32));
+        let ta = _mm256_add_ps(_mm256_mul_ps(a, invv), dither_avx2(start, i as u32));
+        let tb = _mm256_add_ps(_mm256_mul_ps(b, invv), dither_avx2(start, (i + 8) as u32));
         let qa = clamp_q_avx2(_mm256_round_ps::<
             { _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC },
         >(ta));
@@ -333,20 +333,14 @@ pub fn quantize_nearest_avx512(x: &[f32], inv: f32, out: &mut [u8]) {
 #[target_feature(enable = "avx512f")]
 pub fn quantize_stochastic_avx512(x: &[f32], inv: f32, seed: u32, out: &mut [u8]) {
     let invv = _mm512_set1_ps(inv);
+    let start = super::dither_start(seed);
     let lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    let steps = _mm512_mullo_epi32(lane, _mm512_set1_epi32(GOLDEN));
     let body = x.len() / 16 * 16;
     let mut i = 0;
     while i < body {
-        let idx = _mm512_add_epi32(_mm512_set1_epi32(i as i32), lane);
-        let mut h = _mm512_xor_si512(
-            _mm512_set1_epi32(seed as i32),
-            _mm512_mullo_epi32(idx, _mm512_set1_epi32(GOLDEN)),
-        );
-        h = _mm512_xor_si512(h, _mm512_srli_epi32::<16>(h));
-        h = _mm512_mullo_epi32(h, _mm512_set1_epi32(FMIX_C1));
-        h = _mm512_xor_si512(h, _mm512_srli_epi32::<13>(h));
-        h = _mm512_mullo_epi32(h, _mm512_set1_epi32(FMIX_C2));
-        h = _mm512_xor_si512(h, _mm512_srli_epi32::<16>(h));
+        let base = start.wrapping_add((i as u32).wrapping_mul(super::GOLDEN));
+        let h = _mm512_add_epi32(_mm512_set1_epi32(base as i32), steps);
         let u = _mm512_mul_ps(
             _mm512_cvtepi32_ps(_mm512_srli_epi32::<8>(h)),
             _mm512_set1_ps(TWO_POW_M24),
