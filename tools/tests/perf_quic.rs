@@ -113,7 +113,9 @@ fn dpdk_client_on_two_lcores_keeps_each_connection_on_its_own_lcore() {
     const IFACE: &str = "ainfpq0";
     let port = 24_435;
     let _server = Server::start_on(&format!("0.0.0.0:{port}"));
-    let dpdk_client = |steering: &str| {
+    // Each run its own TAP name: the refused run's device may still be
+    // going away while the next one starts.
+    let dpdk_client = |steering: &str, iface: &str| {
         Command::new(PERF)
             .args([
                 "quic-client",
@@ -123,7 +125,7 @@ fn dpdk_client_on_two_lcores_keeps_each_connection_on_its_own_lcore() {
                 "--lcores",
                 "0-1",
             ])
-            .args(["--vdev", &format!("net_tap_pq0,iface={IFACE}")])
+            .args(["--vdev", &format!("net_tap_pq0,iface={iface}")])
             .args(["--ip", "10.89.0.2/24", "--steering", steering])
             .args(["--target", &format!("10.89.0.1:{port}")])
             .args(["--conns", "4", "--streams", "2", "--bytes", "3000000"])
@@ -134,25 +136,24 @@ fn dpdk_client_on_two_lcores_keeps_each_connection_on_its_own_lcore() {
             .expect("start the dpdk quic client")
     };
 
-    let refused = dpdk_client("auto").wait_with_output().unwrap();
+    let refused = dpdk_client("auto", "ainfpq1").wait_with_output().unwrap();
     let stderr = String::from_utf8_lossy(&refused.stderr);
     assert!(!refused.status.success(), "{stderr}");
     assert!(stderr.contains("use --steering software"), "{stderr}");
 
-    let child = dpdk_client("software");
+    let child = dpdk_client("software", IFACE);
     // The kernel side of the tap gets its address once DPDK made it; the
     // client's Initials are retransmitted until then.
     let t0 = std::time::Instant::now();
-    while !sh(&format!("ip link show {IFACE} >/dev/null 2>&1")) {
+    while !sh(&format!(
+        "ip addr add 10.89.0.1/24 dev {IFACE} 2>/dev/null && ip link set {IFACE} up"
+    )) {
         assert!(
             t0.elapsed() < Duration::from_secs(20),
             "{IFACE} never appeared"
         );
         std::thread::sleep(Duration::from_millis(50));
     }
-    assert!(sh(&format!(
-        "ip addr add 10.89.0.1/24 dev {IFACE} && ip link set {IFACE} up"
-    )));
     let out = child.wait_with_output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
