@@ -103,22 +103,10 @@ pub fn quantize_nearest_avx2(x: &[f32], inv: f32, out: &mut [u8]) {
     scalar::quantize_nearest(&x[body..], inv, &mut out[2 * body..]);
 }
 
-/// `dither` for elements `first..first + 8`, from the chunk's
-/// `dither_start`.
+/// `dither` of 8 elements from their 32-bit Weyl values `h`: offsets in
+/// [0, 1).
 #[target_feature(enable = "avx2")]
-fn dither_avx2(start: u32, first: u32) -> __m256 {
-    let base = start.wrapping_add(first.wrapping_mul(super::GOLDEN));
-    let steps = _mm256_setr_epi32(
-        0,
-        GOLDEN,
-        GOLDEN.wrapping_mul(2),
-        GOLDEN.wrapping_mul(3),
-        GOLDEN.wrapping_mul(4),
-        GOLDEN.wrapping_mul(5),
-        GOLDEN.wrapping_mul(6),
-        GOLDEN.wrapping_mul(7),
-    );
-    let h = _mm256_add_epi32(_mm256_set1_epi32(base as i32), steps);
+fn dither_values_avx2(h: __m256i) -> __m256 {
     // h >> 8 < 2^24: the int -> float conversion and the scaling are exact.
     _mm256_mul_ps(
         _mm256_cvtepi32_ps(_mm256_srli_epi32::<8>(h)),
@@ -129,7 +117,17 @@ fn dither_avx2(start: u32, first: u32) -> __m256 {
 #[target_feature(enable = "avx2")]
 pub fn quantize_stochastic_avx2(x: &[f32], inv: f32, seed: u32, out: &mut [u8]) {
     let invv = _mm256_set1_ps(inv);
-    let start = super::dither_start(seed);
+    // The Weyl values of elements i..i+8 and i+8..i+16, advanced by 16
+    // golden-ratio steps per round: one add each, no multiply.
+    let mut ha = _mm256_add_epi32(
+        _mm256_set1_epi32(super::dither_start(seed) as i32),
+        _mm256_mullo_epi32(
+            _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
+            _mm256_set1_epi32(GOLDEN),
+        ),
+    );
+    let mut hb = _mm256_add_epi32(ha, _mm256_set1_epi32(GOLDEN.wrapping_mul(8)));
+    let round_step = _mm256_set1_epi32(GOLDEN.wrapping_mul(16));
     let body = x.len() / 16 * 16;
     let mut i = 0;
     while i < body {
@@ -140,8 +138,8 @@ pub fn quantize_stochastic_avx2(x: &[f32], inv: f32, seed: u32, out: &mut [u8]) 
                 _mm256_loadu_ps(x.as_ptr().add(i + 8)),
             )
         };
-        let ta = _mm256_add_ps(_mm256_mul_ps(a, invv), dither_avx2(start, i as u32));
-        let tb = _mm256_add_ps(_mm256_mul_ps(b, invv), dither_avx2(start, (i + 8) as u32));
+        let ta = _mm256_add_ps(_mm256_mul_ps(a, invv), dither_values_avx2(ha));
+        let tb = _mm256_add_ps(_mm256_mul_ps(b, invv), dither_values_avx2(hb));
         let qa = clamp_q_avx2(_mm256_round_ps::<
             { _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC },
         >(ta));
@@ -149,6 +147,8 @@ pub fn quantize_stochastic_avx2(x: &[f32], inv: f32, seed: u32, out: &mut [u8]) 
             { _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC },
         >(tb));
         store_i16x16(out, i, qa, qb);
+        ha = _mm256_add_epi32(ha, round_step);
+        hb = _mm256_add_epi32(hb, round_step);
         i += 16;
     }
     // The tail keeps its element indices so that the dither matches.
