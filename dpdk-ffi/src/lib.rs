@@ -42,7 +42,7 @@ pub use eal::Eal;
 pub use error::{last_errno, strerror, Error, Result};
 pub use extmem::{ExtMem, IovaMode, PinnedMemory};
 pub use mbuf::{CsumStatus, Mbuf, RxChecksum};
-pub use mempool::{Mempool, DEFAULT_DATA_ROOM};
+pub use mempool::{data_room_for_frame, Mempool, DEFAULT_DATA_ROOM};
 pub use port::{LinkStatus, Port, PortConfig, PortFeatures, PortInfo, PortStats};
 pub use queue::{RxQueue, TxQueue};
 pub use ring::Ring;

@@ -15,6 +15,13 @@ use crate::sys;
 /// Default data room: 2048 bytes of packet plus the standard headroom.
 pub const DEFAULT_DATA_ROOM: u16 = sys::RTE_MBUF_DEFAULT_BUF_SIZE as u16;
 
+/// The data room that holds a `frame_len`-byte frame in one mbuf after the
+/// standard headroom (never less than the default).
+pub fn data_room_for_frame(frame_len: usize) -> u16 {
+    let room = sys::RTE_PKTMBUF_HEADROOM as usize + frame_len;
+    room.clamp(DEFAULT_DATA_ROOM as usize, u16::MAX as usize) as u16
+}
+
 #[derive(Clone)]
 pub struct Mempool {
     inner: Arc<PoolInner>,

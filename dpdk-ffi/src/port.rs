@@ -649,7 +649,11 @@ fn configure(info: &PortInfo, cfg: &PortConfig, pool: &Mempool) -> Result<PortFe
         // SAFETY: valid port id.
         let rc = unsafe { sys::rte_eth_dev_set_mtu(id, mtu) };
         if rc < 0 {
-            return Err(dpdk("rte_eth_dev_set_mtu", rc));
+            return Err(Error::Port(format!(
+                "port {name} ({}) cannot set an MTU of {mtu}: {}",
+                info.driver,
+                dpdk("rte_eth_dev_set_mtu", rc)
+            )));
         }
     }
     if cfg.promiscuous {

@@ -173,3 +173,106 @@ fn dpdk_client_on_two_lcores_keeps_each_connection_on_its_own_lcore() {
         assert_eq!(l["unknown_connection"], 0, "lcore {i}: {json}");
     }
 }
+
+/// Jumbo frames where the port allows them: with --mtu 3000 on net_af_xdp
+/// over a veth pair (af_xdp takes up to about 3.5 KB; the PMD sets the
+/// kernel side's MTU too) the client's mbufs hold whole 3000-byte frames
+/// and it sends 2972-byte datagrams, all counted by a kernel-socket server
+/// in a netns. net_memif cannot change its MTU: a one-line error names
+/// the driver.
+#[test]
+fn dpdk_client_sends_jumbo_datagrams_when_the_port_takes_a_larger_mtu() {
+    struct Veth;
+    impl Drop for Veth {
+        fn drop(&mut self) {
+            sh("ip link del ainfpj-a 2>/dev/null; ip netns del ainfpj 2>/dev/null");
+        }
+    }
+    sh("ip link del ainfpj-a 2>/dev/null; ip netns del ainfpj 2>/dev/null");
+    let _veth = Veth;
+    assert!(sh(
+        "ip netns add ainfpj && ip link add ainfpj-a type veth peer name ainfpj-b \
+         && ip link set ainfpj-b netns ainfpj && ip link set ainfpj-a up \
+         && ip -n ainfpj addr add 10.92.0.1/24 dev ainfpj-b \
+         && ip -n ainfpj link set ainfpj-b mtu 3000 up \
+         && ip netns exec ainfpj ethtool -K ainfpj-b tx off >/dev/null"
+    ));
+    let port = 24_436;
+    let _server = Server(
+        Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                "ainfpj",
+                PERF,
+                "quic-server",
+                "--transport",
+                "udp",
+            ])
+            .args(["--bind", &format!("10.92.0.1:{port}"), "--duration", "120"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start the quic server in the netns"),
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    let out = Command::new(PERF)
+        .args([
+            "quic-client",
+            "--transport",
+            "dpdk",
+            "--json",
+            "--mtu",
+            "3000",
+        ])
+        .args([
+            "--vdev",
+            "net_af_xdp_pj0,iface=ainfpj-a",
+            "--ip",
+            "10.92.0.2/24",
+        ])
+        .args([
+            "--target",
+            &format!("10.92.0.1:{port}"),
+            "--bytes",
+            "20000000",
+        ])
+        .args(["--", "--in-memory"])
+        .output()
+        .expect("run the dpdk quic client");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "client failed: {stderr}");
+    assert!(
+        stderr.contains("port MTU 3000, UDP payloads up to 2972 B"),
+        "{stderr}"
+    );
+    let json: serde_json::Value = serde_json::from_str(stdout.lines().last().unwrap_or_default())
+        .unwrap_or_else(|e| panic!("last line is not JSON ({e}): {stdout}"));
+    assert_eq!(json["bytes"], 20_000_000, "{json}");
+
+    let sock = std::env::temp_dir().join(format!("ainfpj-{}.sock", std::process::id()));
+    let memif = Command::new(PERF)
+        .args(["quic-server", "--transport", "dpdk", "--mtu", "9000"])
+        .args([
+            "--vdev",
+            &format!("net_memif_pj0,role=server,socket={}", sock.display()),
+        ])
+        .args([
+            "--ip",
+            "10.91.0.2/24",
+            "--bind",
+            "10.91.0.2:4433",
+            "--duration",
+            "5",
+        ])
+        .args(["--", "--in-memory"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&memif.stderr);
+    assert!(!memif.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("(net_memif) cannot set an MTU of 9000"),
+        "{stderr}"
+    );
+}

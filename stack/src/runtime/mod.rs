@@ -171,12 +171,16 @@ impl Runtime {
                 refuse_external_pool_on_af_xdp(&cfg.device, pool)?;
                 pool.clone()
             }
+            // Jumbo MTUs get mbufs that hold a whole frame: the stack
+            // sends and receives single-segment packets only.
             None => Mempool::new(
                 eal,
                 &format!("stack_{}", std::process::id()),
                 cfg.mbufs,
                 256,
-                dpdk_ffi::DEFAULT_DATA_ROOM,
+                cfg.mtu.map_or(dpdk_ffi::DEFAULT_DATA_ROOM, |mtu| {
+                    dpdk_ffi::data_room_for_frame(mtu as usize + MAX_L2_HEADER)
+                }),
                 None,
             )?,
         };
@@ -463,6 +467,9 @@ impl Runtime {
         ))
     }
 }
+
+/// Ethernet header with one 802.1Q tag.
+const MAX_L2_HEADER: usize = 18;
 
 /// PMDs whose rx queue the kernel chooses (its own flow hash, not the
 /// device's Toeplitz key).

@@ -285,6 +285,12 @@ pub struct PerfArgs {
     #[arg(long)]
     pub max_payload: Option<u32>,
 
+    /// --transport dpdk: the port's MTU (jumbo frames, e.g. 9000, where the
+    /// device allows; mbufs are sized to hold a whole frame). Default: the
+    /// device's.
+    #[arg(long, value_parser = clap::value_parser!(u16).range(68..))]
+    pub mtu: Option<u16>,
+
     /// Print one JSON summary object as the last line (collectives: one
     /// JSON object per size).
     #[arg(long)]

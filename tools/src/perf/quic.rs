@@ -95,6 +95,7 @@ pub(crate) fn dpdk_runtime(args: &PerfArgs) -> Result<(dpdk_ffi::Eal, Runtime, O
     let mut cfg = RuntimeConfig::new(&device, ip, prefix);
     cfg.idle = args.idle.into();
     cfg.steering = args.steering;
+    cfg.mtu = args.mtu;
     let arena = match args.mbuf_arena {
         true => Some(ArenaPool::new(&eal, cfg.mbufs)?),
         false => None,
@@ -185,6 +186,10 @@ where
             let (_eal, rt, _arena) = dpdk_runtime(args)?;
             let ip = rt.host().ip;
             let max_payload = rt.max_payload();
+            eprintln!(
+                "ainftp-perf: port MTU {}, UDP payloads up to {max_payload} B",
+                rt.port().features().mtu
+            );
             let local = SocketAddrV4::new(ip, local.map_or(40_000, |l| l.port()));
             let lcores = rt.lcores().len();
             let services = (0..lcores)
