@@ -17,6 +17,7 @@ use tracing::{debug, warn};
 
 use super::cid::{new_cid, CID_LEN};
 use super::config::{QuicConfig, Trust};
+use super::shared_buf::{SharedBuf, SharedBufFactory};
 use super::token::TokenKey;
 use super::QuicError;
 use crate::io::impair::DelayQueue;
@@ -120,8 +121,11 @@ pub struct ConnStats {
     pub bytes_lost: u64,
 }
 
+/// Our connections keep stream data as `SharedBuf`s (zero-copy sends).
+pub type Connection = quiche::Connection<SharedBufFactory>;
+
 struct Conn {
-    q: quiche::Connection,
+    q: Connection,
     peer: SocketAddrV4,
     local_port: u16,
     established: bool,
@@ -278,7 +282,7 @@ impl<B: Datagram> Endpoint<B> {
             return Err(QuicError::TooManyConnections(self.config.max_connections));
         }
         let scid = new_cid(self.lcore, &mut self.rng);
-        let mut q = quiche::connect(
+        let mut q = quiche::connect_with_buffer_factory(
             server_name,
             &scid,
             SocketAddr::V4(local),
@@ -294,7 +298,7 @@ impl<B: Datagram> Endpoint<B> {
 
     fn insert(
         &mut self,
-        q: quiche::Connection,
+        q: Connection,
         peer: SocketAddrV4,
         local_port: u16,
         scid: ConnectionId<'static>,
@@ -418,7 +422,7 @@ impl<B: Datagram> Endpoint<B> {
             (new_cid(self.lcore, &mut self.rng), None, Some(*dcid_key))
         };
         let cfg = self.server_config.as_mut()?;
-        match quiche::accept(
+        match quiche::accept_with_buf_factory(
             &scid,
             odcid.as_ref(),
             SocketAddr::V4(local),
@@ -711,6 +715,23 @@ impl<B: Datagram> Endpoint<B> {
         }
     }
 
+    /// Queue `data` on a stream without copying it: quiche keeps the
+    /// buffer until the peer has it. Returns what did not fit (None: all
+    /// of it was taken); offer that again after `drive`.
+    pub fn stream_send_shared(
+        &mut self,
+        h: ConnHandle,
+        stream: u64,
+        data: SharedBuf,
+        fin: bool,
+    ) -> Result<Option<SharedBuf>, QuicError> {
+        match self.conn(h)?.q.stream_send_zc(stream, data.clone(), fin) {
+            Ok((_, rest)) => Ok(rest),
+            Err(quiche::Error::Done) => Ok(Some(data)),
+            Err(e) => Err(e.into()),
+        }
+    }
+
     /// Read from a stream: `Some((n, fin))`, or `None` when nothing is
     /// readable now.
     pub fn stream_recv(
@@ -795,7 +816,7 @@ impl<B: Datagram> Endpoint<B> {
     }
 
     /// quiche's connection, for what this API does not cover.
-    pub fn connection_mut(&mut self, h: ConnHandle) -> Option<&mut quiche::Connection> {
+    pub fn connection_mut(&mut self, h: ConnHandle) -> Option<&mut Connection> {
         self.conns.get_mut(&h.0).map(|c| &mut c.q)
     }
 }

@@ -13,10 +13,12 @@ pub mod config;
 pub mod endpoint;
 pub mod lcore;
 pub mod perf;
+pub mod shared_buf;
 pub mod token;
 
 pub use config::{QuicConfig, Trust, ALPN};
 pub use endpoint::{CloseReason, ConnHandle, ConnStats, Endpoint, EndpointStats, Event};
+pub use shared_buf::{SharedBuf, SharedBufFactory};
 
 use std::path::PathBuf;
 

@@ -15,8 +15,11 @@
 //! holds the client back rather than server memory growing.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use super::endpoint::{ConnHandle, Endpoint, Event};
+use super::shared_buf::SharedBuf;
+use super::QuicError;
 use crate::io::Datagram;
 
 pub const PERF_ALPN: &[u8] = b"ainftp-perf/1";
@@ -38,14 +41,37 @@ pub const PATTERN_CHUNK: usize = 64 * 1024;
 /// The pattern bytes at offsets `at..at + n` (n <= PATTERN_CHUNK), from a
 /// table, so generating and checking cost a memcpy / memcmp.
 pub fn pattern(at: u64, n: usize) -> &'static [u8] {
-    static TABLE: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
-    let t = TABLE.get_or_init(|| {
+    let (t, start) = (pattern_table(), (at % PERIOD) as usize);
+    &t[start..start + n.min(PATTERN_CHUNK)]
+}
+
+/// `pattern(at, n)` as a buffer quiche sends without copying it in.
+pub fn pattern_shared(at: u64, n: usize) -> SharedBuf {
+    let start = (at % PERIOD) as usize;
+    SharedBuf::slice(pattern_table(), start..start + n.min(PATTERN_CHUNK))
+}
+
+fn pattern_table() -> &'static Arc<[u8]> {
+    static TABLE: std::sync::OnceLock<Arc<[u8]>> = std::sync::OnceLock::new();
+    TABLE.get_or_init(|| {
         (0..PATTERN_CHUNK as u64 + PERIOD)
             .map(pattern_byte)
             .collect()
-    });
-    let start = (at % PERIOD) as usize;
-    &t[start..start + n.min(PATTERN_CHUNK)]
+    })
+}
+
+/// Offer `n` pattern bytes from offset `at` without a copy; returns how
+/// many quiche took.
+fn send_pattern<B: Datagram>(
+    ep: &mut Endpoint<B>,
+    conn: ConnHandle,
+    id: u64,
+    at: u64,
+    n: usize,
+    fin: bool,
+) -> Result<usize, QuicError> {
+    let rest = ep.stream_send_shared(conn, id, pattern_shared(at, n), fin)?;
+    Ok(n - rest.map_or(0, |r| r.len()))
 }
 
 /// A request header.
@@ -197,7 +223,7 @@ impl PerfServer {
                     while s.sent < s.count {
                         let n = (s.count - s.sent).min(PATTERN_CHUNK as u64) as usize;
                         let fin = s.sent + n as u64 == s.count;
-                        match ep.stream_send(conn, *id, pattern(s.sent, n), fin) {
+                        match send_pattern(ep, conn, *id, s.sent, n, fin) {
                             Ok(0) => break,
                             Ok(w) => s.sent += w as u64,
                             Err(_) => {
@@ -299,7 +325,7 @@ impl ClientStream {
             } else {
                 let at = self.written - REQUEST_LEN as u64;
                 let n = (total - self.written).min(PATTERN_CHUNK as u64) as usize;
-                ep.stream_send(conn, self.id, pattern(at, n), fin_at(n))
+                send_pattern(ep, conn, self.id, at, n, fin_at(n))
             };
             match result {
                 Ok(0) => return,
