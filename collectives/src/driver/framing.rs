@@ -8,15 +8,20 @@
 
 use std::collections::VecDeque;
 
+use stack::quic::SharedBuf;
+
 /// Bytes of the length prefix.
 pub const LEN_BYTES: usize = 4;
 
 /// Outgoing frames of one stream, in order, with the progress of the first.
+/// Bodies go to the stream without a copy (`SharedBuf`): QUIC keeps them
+/// until the peer has them, so they are not reused afterwards.
 #[derive(Debug, Default)]
 pub struct FrameQueue {
-    frames: VecDeque<Vec<u8>>,
-    /// Bytes of the first frame (prefix included) already accepted.
-    head_sent: usize,
+    /// Bodies not yet fully accepted; the first may be what is left of one.
+    frames: VecDeque<SharedBuf>,
+    /// Bytes of the first frame's prefix already accepted (0..=LEN_BYTES).
+    prefix_sent: usize,
     /// Bytes queued and not yet accepted, prefixes included.
     pending: usize,
 }
@@ -24,7 +29,7 @@ pub struct FrameQueue {
 impl FrameQueue {
     pub fn push(&mut self, body: Vec<u8>) {
         self.pending += LEN_BYTES + body.len();
-        self.frames.push_back(body);
+        self.frames.push_back(SharedBuf::new(body));
     }
 
     pub fn pending_bytes(&self) -> usize {
@@ -35,44 +40,49 @@ impl FrameQueue {
         self.frames.is_empty()
     }
 
-    /// Offers queued bytes to `send` (which returns how many it took, 0
-    /// when blocked) until it blocks or the queue is empty. Finished frame
-    /// bodies go to `done` for reuse. Returns the bytes accepted.
+    /// Offers queued frames to `send` until the stream blocks or the queue
+    /// is empty. `send` is handed each piece (a prefix, a body or what is
+    /// left of one) and returns what it did not take. Returns the bytes
+    /// accepted.
     pub fn flush<E>(
         &mut self,
-        mut send: impl FnMut(&[u8]) -> Result<usize, E>,
-        mut done: impl FnMut(Vec<u8>),
+        mut send: impl FnMut(SharedBuf) -> Result<Option<SharedBuf>, E>,
     ) -> Result<usize, E> {
         let mut total = 0;
-        while let Some(body) = self.frames.front() {
-            let prefix = (body.len() as u32).to_le_bytes();
-            let took = if self.head_sent < LEN_BYTES {
-                send(&prefix[self.head_sent..])?
+        while let Some(body) = self.frames.pop_front() {
+            let took = if self.prefix_sent < LEN_BYTES {
+                // A partly sent body has its prefix out already, so the
+                // front's length here is the whole body's.
+                let prefix = (body.len() as u32).to_le_bytes()[self.prefix_sent..].to_vec();
+                let offered = prefix.len();
+                self.frames.push_front(body);
+                let took = offered - send(SharedBuf::new(prefix))?.map_or(0, |r| r.len());
+                self.prefix_sent += took;
+                took
+            } else if body.is_empty() {
+                self.prefix_sent = 0;
+                continue;
             } else {
-                send(&body[self.head_sent - LEN_BYTES..])?
+                let len = body.len();
+                match send(body)? {
+                    None => {
+                        self.prefix_sent = 0;
+                        len
+                    }
+                    Some(rest) => {
+                        let took = len - rest.len();
+                        self.frames.push_front(rest);
+                        took
+                    }
+                }
             };
             if took == 0 {
                 break;
             }
-            self.head_sent += took;
             self.pending -= took;
             total += took;
-            if self.head_sent == LEN_BYTES + body.len() {
-                self.head_sent = 0;
-                let body = self.frames.pop_front().expect("front exists");
-                done(body);
-            }
         }
         Ok(total)
-    }
-
-    /// Drops everything queued, handing the bodies to `done`.
-    pub fn clear(&mut self, mut done: impl FnMut(Vec<u8>)) {
-        for b in self.frames.drain(..) {
-            done(b);
-        }
-        self.head_sent = 0;
-        self.pending = 0;
     }
 }
 
@@ -176,24 +186,21 @@ mod tests {
         for b in &bodies {
             q.push(b.clone());
         }
-        let mut wire = Vec::new();
+        let wire = std::cell::RefCell::new(Vec::new());
         let mut budget = 0usize;
-        let mut recycled = 0;
         while !q.is_empty() {
             budget = (budget * 31 + 7) % 5000;
-            let mut room = budget;
-            q.flush::<()>(
-                |d| {
-                    let n = d.len().min(room);
-                    room -= n;
-                    wire.extend_from_slice(&d[..n]);
-                    Ok(n)
-                },
-                |_| recycled += 1,
-            )
+            let room = std::cell::Cell::new(budget);
+            q.flush::<()>(|mut b| {
+                let n = b.len().min(room.get());
+                room.set(room.get() - n);
+                let rest = b.split_off(n);
+                wire.borrow_mut().extend_from_slice(b.as_ref());
+                Ok((!rest.is_empty()).then_some(rest))
+            })
             .unwrap();
         }
-        assert_eq!(recycled, bodies.len());
+        let wire = wire.into_inner();
         assert_eq!(q.pending_bytes(), 0);
 
         let mut r = FrameReader::new(1 << 20);

@@ -293,7 +293,7 @@ impl<B: Backend> Mesh<B> {
         work += self.read_all(engine, buf, completed)?;
         self.events()?;
         self.pull(engine)?;
-        work += self.flush_all(engine)?;
+        work += self.flush_all()?;
         let now = Instant::now();
         self.ep.send(&mut self.io, &mut self.tx, now);
         if !self.tx.is_empty() {
@@ -476,7 +476,7 @@ impl<B: Backend> Mesh<B> {
         Ok(())
     }
 
-    fn flush_all(&mut self, engine: &mut Engine) -> Result<usize> {
+    fn flush_all(&mut self) -> Result<usize> {
         let mut total = 0;
         let Mesh {
             ep,
@@ -493,10 +493,7 @@ impl<B: Backend> Mesh<B> {
             let conn = link.conn;
             let took = link
                 .out
-                .flush(
-                    |d| ep.stream_send(conn, stream, d, false),
-                    |body| engine.recycle(body),
-                )
+                .flush(|piece| ep.stream_send_shared(conn, stream, piece, false))
                 .map_err(|e| Error::Transport(format!("stream to {}: {e}", link.addr)))?;
             *pending -= took;
             total += took;

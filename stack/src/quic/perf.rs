@@ -51,12 +51,14 @@ pub fn pattern_shared(at: u64, n: usize) -> SharedBuf {
     SharedBuf::slice(pattern_table(), start..start + n.min(PATTERN_CHUNK))
 }
 
-fn pattern_table() -> &'static Arc<[u8]> {
-    static TABLE: std::sync::OnceLock<Arc<[u8]>> = std::sync::OnceLock::new();
+fn pattern_table() -> &'static Arc<Vec<u8>> {
+    static TABLE: std::sync::OnceLock<Arc<Vec<u8>>> = std::sync::OnceLock::new();
     TABLE.get_or_init(|| {
-        (0..PATTERN_CHUNK as u64 + PERIOD)
-            .map(pattern_byte)
-            .collect()
+        Arc::new(
+            (0..PATTERN_CHUNK as u64 + PERIOD)
+                .map(pattern_byte)
+                .collect(),
+        )
     })
 }
 

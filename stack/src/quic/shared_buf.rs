@@ -10,24 +10,24 @@ use quiche::{BufFactory, BufSplit};
 /// A range of a shared byte buffer; clones share the bytes.
 #[derive(Clone, Debug)]
 pub struct SharedBuf {
-    data: Arc<[u8]>,
+    data: Arc<Vec<u8>>,
     start: usize,
     end: usize,
 }
 
 impl SharedBuf {
-    /// All of `data`.
-    pub fn new(data: Arc<[u8]>) -> SharedBuf {
+    /// All of `data`, which is moved in, not copied.
+    pub fn new(data: Vec<u8>) -> SharedBuf {
         let end = data.len();
         SharedBuf {
-            data,
+            data: Arc::new(data),
             start: 0,
             end,
         }
     }
 
     /// `range` of `data` (panics if it is out of bounds, like slicing).
-    pub fn slice(data: &Arc<[u8]>, range: std::ops::Range<usize>) -> SharedBuf {
+    pub fn slice(data: &Arc<Vec<u8>>, range: std::ops::Range<usize>) -> SharedBuf {
         assert!(
             range.start <= range.end && range.end <= data.len(),
             "{range:?} out of {} bytes",
@@ -38,6 +38,18 @@ impl SharedBuf {
             start: range.start,
             end: range.end,
         }
+    }
+
+    /// Keep the first `at` bytes here; return the rest.
+    pub fn split_off(&mut self, at: usize) -> SharedBuf {
+        assert!(at <= self.len(), "split at {at} of {}", self.len());
+        let tail = SharedBuf {
+            data: self.data.clone(),
+            start: self.start + at,
+            end: self.end,
+        };
+        self.end = self.start + at;
+        tail
     }
 
     pub fn len(&self) -> usize {
@@ -57,14 +69,7 @@ impl AsRef<[u8]> for SharedBuf {
 
 impl BufSplit for SharedBuf {
     fn split_at(&mut self, at: usize) -> SharedBuf {
-        assert!(at <= self.len(), "split at {at} of {}", self.len());
-        let tail = SharedBuf {
-            data: self.data.clone(),
-            start: self.start + at,
-            end: self.end,
-        };
-        self.end = self.start + at;
-        tail
+        self.split_off(at)
     }
 }
 
@@ -78,7 +83,7 @@ impl BufFactory for SharedBufFactory {
     type DgramBuf = Vec<u8>;
 
     fn buf_from_slice(buf: &[u8]) -> SharedBuf {
-        SharedBuf::new(Arc::from(buf))
+        SharedBuf::new(buf.to_vec())
     }
 
     fn dgram_buf_from_slice(buf: &[u8]) -> Vec<u8> {
@@ -92,7 +97,7 @@ mod tests {
 
     #[test]
     fn split_keeps_both_halves_and_shares_the_bytes() {
-        let data: Arc<[u8]> = (0..10u8).collect::<Vec<_>>().into();
+        let data = Arc::new((0..10u8).collect::<Vec<_>>());
         let mut head = SharedBuf::slice(&data, 2..9);
         let tail = head.split_at(3);
         assert_eq!(head.as_ref(), &[2, 3, 4]);
