@@ -178,8 +178,9 @@ fn dpdk_client_on_two_lcores_keeps_each_connection_on_its_own_lcore() {
 /// over a veth pair (af_xdp takes up to about 3.5 KB; the PMD sets the
 /// kernel side's MTU too) the client's mbufs hold whole 3000-byte frames
 /// and it sends 2972-byte datagrams, all counted by a kernel-socket server
-/// in a netns. net_memif cannot change its MTU: a one-line error names
-/// the driver.
+/// in a netns; the other way, our server there receives a kernel client's
+/// 2972-byte datagrams. An MTU over af_xdp's 4 KiB chunks and net_memif's
+/// (which cannot change its MTU) are one-line errors naming the driver.
 #[test]
 fn dpdk_client_sends_jumbo_datagrams_when_the_port_takes_a_larger_mtu() {
     struct Veth;
@@ -250,6 +251,72 @@ fn dpdk_client_sends_jumbo_datagrams_when_the_port_takes_a_larger_mtu() {
     let json: serde_json::Value = serde_json::from_str(stdout.lines().last().unwrap_or_default())
         .unwrap_or_else(|e| panic!("last line is not JSON ({e}): {stdout}"));
     assert_eq!(json["bytes"], 20_000_000, "{json}");
+
+    // The other way: a kernel client in the netns sends 2972-byte datagrams
+    // to our server on net_af_xdp. The kernel writes each frame after 256 B
+    // of XDP headroom in an mbuf of our pool, so the mbufs must hold that too.
+    let dpdk_port = 24_437;
+    let _dpdk_server = Server(
+        Command::new(PERF)
+            .args(["quic-server", "--transport", "dpdk", "--mtu", "3000"])
+            .args([
+                "--vdev",
+                "net_af_xdp_pj1,iface=ainfpj-a",
+                "--ip",
+                "10.92.0.2/24",
+            ])
+            .args(["--bind", &format!("10.92.0.2:{dpdk_port}")])
+            .args(["--duration", "120", "--", "--in-memory"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start the dpdk quic server"),
+    );
+    // Each try is bounded: a client whose datagrams all vanish would wait
+    // for QUIC's idle timeout. Retries cover the server's start-up.
+    let out = (0..3)
+        .find_map(|_| {
+            std::thread::sleep(Duration::from_secs(1));
+            let out = Command::new("ip")
+                .args(["netns", "exec", "ainfpj", "timeout", "30", PERF])
+                .args(["quic-client", "--transport", "udp", "--json"])
+                .args(["--target", &format!("10.92.0.2:{dpdk_port}")])
+                .args(["--bytes", "20000000"])
+                .output()
+                .expect("run the kernel quic client");
+            out.status.success().then_some(out)
+        })
+        .expect("the kernel client never completed a 20 MB upload to our af_xdp server");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("UDP payloads up to 2972 B"), "{stderr}");
+    let json: serde_json::Value = serde_json::from_str(stdout.lines().last().unwrap_or_default())
+        .unwrap_or_else(|e| panic!("last line is not JSON ({e}): {stdout}"));
+    assert_eq!(json["bytes"], 20_000_000, "{json}");
+
+    // More than fits a 4 KiB umem chunk: refused in one line, not EINVAL.
+    let big = Command::new(PERF)
+        .args(["quic-server", "--transport", "dpdk", "--mtu", "3500"])
+        .args([
+            "--vdev",
+            "net_af_xdp_pj2,iface=ainfpj-a",
+            "--ip",
+            "10.92.0.2/24",
+            "--bind",
+            "10.92.0.2:4433",
+            "--duration",
+            "5",
+            "--",
+            "--in-memory",
+        ])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&big.stderr);
+    assert!(!big.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("MTU 3500 is more than net_af_xdp receives into one 4 KiB umem chunk; the largest it takes here is 3438"),
+        "{stderr}"
+    );
 
     let sock = std::env::temp_dir().join(format!("ainfpj-{}.sock", std::process::id()));
     let memif = Command::new(PERF)

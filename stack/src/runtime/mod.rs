@@ -178,9 +178,10 @@ impl Runtime {
                 &format!("stack_{}", std::process::id()),
                 cfg.mbufs,
                 256,
-                cfg.mtu.map_or(dpdk_ffi::DEFAULT_DATA_ROOM, |mtu| {
-                    dpdk_ffi::data_room_for_frame(mtu as usize + MAX_L2_HEADER)
-                }),
+                match cfg.mtu {
+                    Some(mtu) => data_room_for_mtu(&cfg.device, mtu)?,
+                    None => dpdk_ffi::DEFAULT_DATA_ROOM,
+                },
                 None,
             )?,
         };
@@ -470,6 +471,33 @@ impl Runtime {
 
 /// Ethernet header with one 802.1Q tag.
 const MAX_L2_HEADER: usize = 18;
+
+/// What the kernel keeps free in front of each frame it writes into an
+/// AF_XDP umem chunk (XDP_PACKET_HEADROOM): net_af_xdp's chunks are our
+/// mbufs, so their data room must hold it as well as the frame.
+const XDP_PACKET_HEADROOM: usize = 256;
+
+/// The largest MTU net_af_xdp receives into our pool: its umem chunks are
+/// our mbufs and may not exceed a 4 KiB page (mempool header, mbuf
+/// header, headroom, XDP headroom and the frame; measured on DPDK 22.11,
+/// where one more byte makes the socket setup fail with EINVAL).
+pub const AF_XDP_MAX_MTU: u16 = 3438;
+
+/// The mbuf data room for frames of `mtu` on `device`; a clear error where
+/// net_af_xdp could not receive such frames into one mbuf.
+fn data_room_for_mtu(device: &str, mtu: u16) -> Result<u16> {
+    let frame = mtu as usize + MAX_L2_HEADER;
+    if !device.starts_with("net_af_xdp") {
+        return Ok(dpdk_ffi::data_room_for_frame(frame));
+    }
+    if mtu > AF_XDP_MAX_MTU {
+        return Err(Error::Config(format!(
+            "{device}: MTU {mtu} is more than net_af_xdp receives into one 4 KiB umem chunk; \
+             the largest it takes here is {AF_XDP_MAX_MTU}"
+        )));
+    }
+    Ok(dpdk_ffi::data_room_for_frame(frame + XDP_PACKET_HEADROOM))
+}
 
 /// PMDs whose rx queue the kernel chooses (its own flow hash, not the
 /// device's Toeplitz key).

@@ -287,7 +287,8 @@ pub struct PerfArgs {
 
     /// --transport dpdk: the port's MTU (jumbo frames, e.g. 9000, where the
     /// device allows; mbufs are sized to hold a whole frame). Default: the
-    /// device's.
+    /// device's; with --local-ranks, the virtual links' MTU, by default the
+    /// largest net_af_xdp takes (3438; 1500 with --mbuf-arena).
     #[arg(long, value_parser = clap::value_parser!(u16).range(68..))]
     pub mtu: Option<u16>,
 

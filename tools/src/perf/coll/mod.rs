@@ -96,7 +96,7 @@ fn spawn_local(args: &PerfArgs, n: usize) -> Result<()> {
                 true => vnet::Pmd::AfPacket,
                 false => vnet::Pmd::AfXdp,
             };
-            let net = vnet::VirtualNet::create(n, pmd)?;
+            let net = vnet::VirtualNet::create(n, pmd, args.mtu)?;
             let cpus = crate::cpulist::online_cpus()?;
             local::spawn_ranks(n, grace, |r| net.rank_args(r, cpus[r % cpus.len()]))
         }

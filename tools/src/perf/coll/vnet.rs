@@ -27,12 +27,31 @@ pub struct VirtualNet {
     bridge: String,
     ranks: Vec<String>,
     pmd: Pmd,
+    mtu: u16,
+    /// The ranks get `--mtu` from us unless the user gave one (each rank
+    /// sees the user's flags too, and a flag given twice is refused).
+    add_mtu_flag: bool,
+}
+
+impl Pmd {
+    /// The links' MTU unless `--mtu` names one: net_af_xdp takes the
+    /// largest frame that fits its 4 KiB umem chunks (twice the payload of
+    /// 1500 per packet, and per-packet work is what bounds these ranks);
+    /// net_af_packet keeps Ethernet's 1500.
+    pub fn default_mtu(self) -> u16 {
+        match self {
+            Pmd::AfXdp => stack::runtime::AF_XDP_MAX_MTU,
+            Pmd::AfPacket => 1500,
+        }
+    }
 }
 
 impl VirtualNet {
-    /// Creates the bridge and `n` veth pairs (names carry our pid, so
-    /// concurrent runs do not collide). Needs root.
-    pub fn create(n: usize, pmd: Pmd) -> Result<VirtualNet> {
+    /// Creates the bridge and `n` veth pairs with the `--mtu` given, or the
+    /// PMD's default (names carry our pid, so concurrent runs do not
+    /// collide). Needs root.
+    pub fn create(n: usize, pmd: Pmd, mtu_flag: Option<u16>) -> Result<VirtualNet> {
+        let mtu = mtu_flag.unwrap_or(pmd.default_mtu());
         if n > 253 {
             return Err(Error::Usage(format!(
                 "--transport dpdk: at most 253 local ranks, not {n}"
@@ -43,6 +62,8 @@ impl VirtualNet {
             bridge: format!("ac{pid}br"),
             ranks: Vec::new(),
             pmd,
+            mtu,
+            add_mtu_flag: mtu_flag.is_none(),
         };
         ip(&["link", "add", &net.bridge, "type", "bridge"])?;
         quiet_ipv6(&net.bridge);
@@ -54,6 +75,7 @@ impl VirtualNet {
             net.ranks.push(dev.clone());
             for d in [&dev, &port] {
                 quiet_ipv6(d);
+                ip(&["link", "set", d, "mtu", &mtu.to_string()])?;
             }
             ip(&["link", "set", &port, "master", &net.bridge])?;
             ip(&["link", "set", &port, "up"])?;
@@ -62,20 +84,24 @@ impl VirtualNet {
         Ok(net)
     }
 
-    /// The per-rank flags: its port, address and lcore.
+    /// The per-rank flags: its port, address, MTU and lcore.
     pub fn rank_args(&self, rank: usize, lcore: u32) -> Vec<String> {
         let driver = match self.pmd {
             Pmd::AfXdp => "net_af_xdp",
             Pmd::AfPacket => "net_af_packet",
         };
-        vec![
+        let mut args = vec![
             "--vdev".into(),
             format!("{driver}{rank},iface={}", self.ranks[rank]),
             "--ip".into(),
             format!("{}/24", Self::address(rank)),
             "--lcores".into(),
             lcore.to_string(),
-        ]
+        ];
+        if self.add_mtu_flag {
+            args.extend(["--mtu".into(), self.mtu.to_string()]);
+        }
+        args
     }
 
     pub fn address(rank: usize) -> Ipv4Addr {
