@@ -100,7 +100,7 @@ struct StreamState {
 /// The server side of the perf protocol over one endpoint.
 #[derive(Default)]
 pub struct PerfServer {
-    streams: HashMap<(ConnHandle, u64), StreamState>,
+    streams: HashMap<(ConnHandle, u64), StreamState, ahash::RandomState>,
     conns: Vec<ConnHandle>,
     buf: Vec<u8>,
     /// Connections that closed, with their events, for the caller to log.
