@@ -103,6 +103,54 @@ fn sh(cmd: &str) -> bool {
         .success()
 }
 
+/// Without --certs both ends make a throwaway certificate; its files are
+/// gone when each process exits (each gets its own empty TMPDIR to check).
+#[test]
+fn throwaway_certificates_are_removed_when_the_perf_tools_exit() {
+    let port = 24_438;
+    let tmp = std::env::temp_dir().join(format!("ainftp-certs-test-{}", std::process::id()));
+    let (server_tmp, client_tmp) = (tmp.join("server"), tmp.join("client"));
+    for d in [&server_tmp, &client_tmp] {
+        std::fs::create_dir_all(d).unwrap();
+    }
+    let server = Command::new(PERF)
+        .args(["quic-server", "--transport", "udp", "--duration", "3"])
+        .args(["--bind", &format!("127.0.0.1:{port}")])
+        .env("TMPDIR", &server_tmp)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start the quic server");
+    let mut server = Server(server);
+    std::thread::sleep(Duration::from_millis(300));
+    let out = Command::new(PERF)
+        .args(["quic-client", "--transport", "udp", "--json"])
+        .args([
+            "--target",
+            &format!("127.0.0.1:{port}"),
+            "--bytes",
+            "100000",
+        ])
+        .env("TMPDIR", &client_tmp)
+        .output()
+        .expect("run the quic client");
+    assert!(
+        out.status.success(),
+        "client failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let status = server.0.wait().expect("wait for the server");
+    assert!(status.success(), "server exited with {status}");
+    for d in [&server_tmp, &client_tmp] {
+        let left: Vec<_> = std::fs::read_dir(d)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert!(left.is_empty(), "left in {}: {left:?}", d.display());
+    }
+    std::fs::remove_dir_all(&tmp).unwrap();
+}
+
 /// A DPDK client on net_tap over two lcores, software steering: 4
 /// connections, 2 per lcore, every byte counted by the kernel-socket
 /// server, no packet reaching an lcore that does not own its connection.

@@ -24,6 +24,7 @@ use stack::quic::perf::{ClientStream, PerfServer, MODE_DISCARD, MODE_ECHO, PERF_
 use stack::quic::{ConnHandle, Endpoint, EndpointStats, Event, QuicConfig, Trust};
 use stack::rss::FlowPlacement;
 use stack::runtime::{self, Runtime, RuntimeConfig};
+use tempfile::TempDir;
 
 use crate::arena_pool::ArenaPool;
 
@@ -34,29 +35,39 @@ use crate::error::{Error, Result};
 
 /// The endpoint's config: the cluster's certificates from `--certs DIR`
 /// (nodes `server` and `client`, mutual TLS), or without it a throwaway
-/// server certificate and no peer verification (benchmarks only).
-fn quic_config(args: &PerfArgs, node: &str) -> Result<QuicConfig> {
-    let mut cfg = match &args.certs {
-        Some(dir) => QuicConfig::cluster_node(&NodeFiles::in_dir(dir, node)),
+/// server certificate and no peer verification (benchmarks only). The
+/// throwaway files live in the returned directory, removed when it is
+/// dropped: keep it until every endpoint has loaded them.
+fn quic_config(args: &PerfArgs, node: &str) -> Result<(QuicConfig, Option<TempDir>)> {
+    let (mut cfg, dir) = match &args.certs {
+        Some(dir) => (
+            QuicConfig::cluster_node(&NodeFiles::in_dir(dir, node)),
+            None,
+        ),
         None => {
-            let dir =
-                std::env::temp_dir().join(format!("ainftp-perf-certs-{}", std::process::id()));
+            let dir = tempfile::Builder::new()
+                .prefix("ainftp-perf-certs-")
+                .tempdir()
+                .map_err(|e| {
+                    Error::Io("creating a directory for throwaway certificates".into(), e)
+                })?;
             let cert =
                 |e: stack::quic::certs::CertError| Error::Usage(format!("certificates: {e}"));
-            create_ca(&dir, "perf").map_err(cert)?;
-            let files = issue_node(&dir, node).map_err(cert)?;
-            QuicConfig {
+            create_ca(dir.path(), "perf").map_err(cert)?;
+            let files = issue_node(dir.path(), node).map_err(cert)?;
+            let cfg = QuicConfig {
                 cert_chain: Some(files.cert),
                 private_key: Some(files.key),
                 trust: Trust::InsecureNoVerify,
                 ..QuicConfig::default()
-            }
+            };
+            (cfg, Some(dir))
         }
     };
     cfg.alpn = vec![PERF_ALPN.to_vec()];
     // Without --max-payload the device (port MTU, or the route) decides.
     cfg.max_udp_payload = args.max_payload.map_or(MAX_UDP_PAYLOAD_V4, |p| p as usize);
-    Ok(cfg)
+    Ok((cfg, dir))
 }
 
 fn quic_err(e: stack::quic::QuicError) -> Error {
@@ -219,7 +230,7 @@ where
 /// Serve the perf protocol until the duration ends or a signal.
 pub fn server(args: &PerfArgs) -> Result<serde_json::Value> {
     let bind = addr("--bind", &args.bind)?;
-    let cfg = quic_config(args, "server")?;
+    let (cfg, _certs) = quic_config(args, "server")?;
     // Fail on a bad config here, with a clear line, not in the lcore.
     Endpoint::<stack::io::heap::HeapDatagram>::server(cfg.clone(), 0, 1472).map_err(quic_err)?;
     let stop = stop_flag(args.duration)?;
@@ -430,7 +441,7 @@ pub fn client(args: &PerfArgs) -> Result<serde_json::Value> {
             "--conns and --streams must be at least 1".into(),
         ));
     }
-    let cfg = quic_config(args, "client")?;
+    let (cfg, _certs) = quic_config(args, "client")?;
     Endpoint::<stack::io::heap::HeapDatagram>::client(cfg.clone(), 0, 1472).map_err(quic_err)?;
     let stop = stop_flag(0.0)?;
     let (test, streams, bytes) = (args.test, args.streams, args.bytes);
