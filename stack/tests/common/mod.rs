@@ -102,14 +102,32 @@ impl<A> Drop for Running<A> {
     }
 }
 
+/// A cluster directory, removed when dropped: keep it while endpoints may
+/// still load its files. Reads as its path.
+pub struct ClusterDir {
+    path: std::path::PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl std::ops::Deref for ClusterDir {
+    type Target = std::path::PathBuf;
+
+    fn deref(&self) -> &std::path::PathBuf {
+        &self.path
+    }
+}
+
 /// A cluster directory with a CA and nodes `server` and `client`.
-pub fn cluster(tag: &str) -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("ainftp-quic-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    stack::quic::certs::create_ca(&dir, tag).unwrap();
-    stack::quic::certs::issue_node(&dir, "server").unwrap();
-    stack::quic::certs::issue_node(&dir, "client").unwrap();
-    dir
+pub fn cluster(tag: &str) -> ClusterDir {
+    let dir = tempfile::Builder::new()
+        .prefix(&format!("ainftp-quic-{tag}-"))
+        .tempdir()
+        .unwrap();
+    let path = dir.path().to_path_buf();
+    stack::quic::certs::create_ca(&path, tag).unwrap();
+    stack::quic::certs::issue_node(&path, "server").unwrap();
+    stack::quic::certs::issue_node(&path, "client").unwrap();
+    ClusterDir { path, _dir: dir }
 }
 
 /// A cluster node's QUIC config speaking the perf protocol.
@@ -193,7 +211,7 @@ pub fn start_perf_server(
     us: Ipv4Addr,
     tag: &str,
     idle_timeout: Option<Duration>,
-) -> (Running<PerfServerApp>, std::path::PathBuf) {
+) -> (Running<PerfServerApp>, ClusterDir) {
     let cfg = RuntimeConfig::new(&format!("net_tap0,iface={iface}"), us, 24);
     let dir = cluster(tag);
     let server_dir = dir.clone();

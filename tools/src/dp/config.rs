@@ -248,9 +248,8 @@ mod tests {
 
     #[test]
     fn flags_override_the_file() {
-        let dir = std::env::temp_dir().join(format!("dp-config-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let file = dir.join("node.toml");
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("node.toml");
         std::fs::write(
             &file,
             "ip = \"10.1.0.2/16\"\nudp_echo = [7, 9]\nlcores = \"0\"\nvdev = \"net_null0\"\nneighbours = [\"10.1.0.1=02:00:00:00:00:01\"]\n",
