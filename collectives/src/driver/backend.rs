@@ -27,6 +27,7 @@ pub trait Backend: PacketIo {
 
 impl Backend for KernelUdp {
     fn wait(&mut self, writable: bool, timeout: Duration) -> Result<()> {
+        stack::runtime::idle::tighten_timer_slack();
         let mut flags = PollFlags::POLLIN;
         if writable {
             flags |= PollFlags::POLLOUT;
@@ -51,6 +52,7 @@ const DPDK_NAP: Duration = Duration::from_micros(50);
 
 impl Backend for InlineStack {
     fn wait(&mut self, _writable: bool, timeout: Duration) -> Result<()> {
+        stack::runtime::idle::tighten_timer_slack();
         std::thread::sleep(timeout.min(DPDK_NAP));
         Ok(())
     }
