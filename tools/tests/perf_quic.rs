@@ -31,8 +31,20 @@ impl Server {
     }
 }
 
+/// Stops the server as a user would (SIGTERM), so it exits cleanly and
+/// removes its throwaway certificates; SIGKILL if it does not within 10 s.
 impl Drop for Server {
     fn drop(&mut self) {
+        let pid = self.0.id();
+        let _ = Command::new("sh")
+            .args(["-c", &format!("kill -TERM {pid}")])
+            .status();
+        for _ in 0..100 {
+            if let Ok(Some(_)) = self.0.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
