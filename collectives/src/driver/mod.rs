@@ -28,6 +28,8 @@
 //! * **Where the loop runs.** In the caller's thread, inside the calls
 //!   (module `communicator`): no thread hand-off on the latency path, but
 //!   progress only while the caller is in a call (`test` polls once).
+//!   When it waits, it sets the calling thread's timer slack to 1 us
+//!   (once), so that its short naps and poll timeouts end on time.
 //! * **Liveness.** During a collective every peer is pinged (QUIC
 //!   ack-eliciting frames) each `timeout / 4`; a peer not heard from for
 //!   `timeout` fails the collective with [`Error::PeerTimeout`] naming
