@@ -120,7 +120,7 @@ impl RuntimeConfig {
 /// hold the mbufs themselves: it cannot take a pool whose data lies in
 /// external memory (it fails with "Failed to create umem" in the log).
 fn refuse_external_pool_on_af_xdp(device: &str, pool: &Mempool) -> Result<()> {
-    if pool.external_memory().is_some() && device.starts_with("net_af_xdp") {
+    if pool.external_memory().is_some() && is_af_xdp(device) {
         return Err(Error::Config(format!(
             "{device}: net_af_xdp cannot receive into an external-memory (arena) pool; \
              use net_tap, net_af_packet or a PCI NIC, or the default pool"
@@ -483,11 +483,16 @@ const XDP_PACKET_HEADROOM: usize = 256;
 /// where one more byte makes the socket setup fail with EINVAL).
 pub const AF_XDP_MAX_MTU: u16 = 3438;
 
+/// net_af_xdp receives into umem chunks made of the pool's own mbufs.
+fn is_af_xdp(device: &str) -> bool {
+    device.starts_with("net_af_xdp")
+}
+
 /// The mbuf data room for frames of `mtu` on `device`; a clear error where
 /// net_af_xdp could not receive such frames into one mbuf.
 fn data_room_for_mtu(device: &str, mtu: u16) -> Result<u16> {
     let frame = mtu as usize + MAX_L2_HEADER;
-    if !device.starts_with("net_af_xdp") {
+    if !is_af_xdp(device) {
         return Ok(dpdk_ffi::data_room_for_frame(frame));
     }
     if mtu > AF_XDP_MAX_MTU {
