@@ -255,19 +255,55 @@ fn missing_environment_and_bad_dpdk_flags_are_one_line_errors() {
         "{stderr}"
     );
 
+    // A DPDK rank with lanes needs a port and an address per lane; both
+    // are checked before DPDK starts.
+    let lone_rank = |flags: &[&str]| {
+        let out = Command::new(PERF)
+            .args(["allreduce", "--transport", "dpdk", "--lanes", "2"])
+            .args(flags)
+            .env("RANK", "0")
+            .env("WORLD_SIZE", "1")
+            .env("MASTER_ADDR", "127.0.0.1")
+            .env("MASTER_PORT", "29500")
+            .output()
+            .unwrap();
+        assert!(!out.status.success());
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+        stderr
+    };
+    let stderr = lone_rank(&["--vdev", "net_null0", "--ip", "10.0.0.1/24"]);
+    assert!(
+        stderr.contains("--lanes 2 on --transport dpdk needs 2 ports") && stderr.contains("not 1"),
+        "{stderr}"
+    );
+    let stderr = lone_rank(&[
+        "--vdev",
+        "net_null0",
+        "--vdev",
+        "net_null1",
+        "--ip",
+        "10.0.0.1/24",
+    ]);
+    assert!(
+        stderr.contains("one --ip ADDR/PREFIX per port: 2 port(s), 1 --ip"),
+        "{stderr}"
+    );
     let out = perf(&[
         "allreduce",
         "--local-ranks",
         "2",
         "--transport",
         "dpdk",
+        "--mbuf-arena",
         "--lanes",
         "2",
     ]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
     assert!(
-        stderr.contains("--lanes") && stderr.contains("kernel UDP"),
+        stderr.contains("--mbuf-arena runs with one lane"),
         "{stderr}"
     );
 

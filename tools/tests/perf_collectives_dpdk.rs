@@ -67,6 +67,62 @@ fn four_dpdk_ranks_all_reduce_exact_identical_and_aggregated() {
 }
 
 #[test]
+fn dpdk_lanes_split_large_buckets_over_their_own_ports() {
+    // Two lanes per rank: each on its own af_xdp port (10.98.k.0/24),
+    // with its own QUIC connections and thread. Buckets from 2 x 256 KiB
+    // on are cut in two, one half per lane; smaller ones run on lane 0.
+    let (out, pid) = perf(&[
+        "allreduce",
+        "--local-ranks",
+        "2",
+        "--transport",
+        "dpdk",
+        "--lanes",
+        "2",
+        "-b",
+        "8",
+        "-e",
+        "4M",
+        "-f",
+        "8",
+        "-n",
+        "3",
+        "-w",
+        "1",
+        "--json",
+    ]);
+    let rows = json_rows(&out);
+    assert_eq!(rows.len(), 7, "8 B .. 2 MiB by 8x: {rows:?}");
+    check_rows(&rows, 1e-6, true);
+    for r in &rows {
+        let bytes = r["bytes"].as_u64().unwrap();
+        let sent: Vec<f64> = r["lane_wire_bytes_per_op"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|b| b.as_f64().unwrap())
+            .collect();
+        assert_eq!(sent.len(), 2, "{r}");
+        let total: f64 = sent.iter().sum();
+        if bytes >= 512 << 10 {
+            assert_eq!(r["lanes"], 2, "{r}");
+            // Each lane carries its half of the bucket over its own port.
+            for s in &sent {
+                assert!(*s > 0.4 * total, "lanes unbalanced: {r}");
+            }
+        } else {
+            assert_eq!(r["lanes"], 1, "{r}");
+            assert!(sent[0] > 0.0, "{r}");
+        }
+    }
+    assert_eq!(
+        links_left(pid),
+        Vec::<String>::new(),
+        "virtual network left behind"
+    );
+}
+
+#[test]
 fn four_dpdk_ranks_i16_and_other_collectives_match_references() {
     let (out, _) = perf(&[
         "allreduce",

@@ -165,8 +165,17 @@ impl<B: Backend> Communicator<B> {
     /// `advertise` (where the others reach `io`) is swapped through rank
     /// 0's TCP rendezvous, then the mesh connects.
     pub fn from_env_with(io: B, advertise: SocketAddrV4, config: DriverConfig) -> Result<Self> {
-        let env = RankEnv::from_env()?;
-        let peers = rendezvous::exchange(&env, advertise, config.connect_timeout)?;
+        Communicator::from_env_with_at(&RankEnv::from_env()?, io, advertise, config)
+    }
+
+    /// `from_env_with` with the job's environment given.
+    pub fn from_env_with_at(
+        env: &RankEnv,
+        io: B,
+        advertise: SocketAddrV4,
+        config: DriverConfig,
+    ) -> Result<Self> {
+        let peers = rendezvous::exchange(env, advertise, config.connect_timeout)?;
         Communicator::with_backend(env.rank, env.world, io, peers, config)
     }
 

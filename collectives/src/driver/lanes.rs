@@ -87,6 +87,32 @@ impl<B: Backend + Send> Lanes<B>
 where
     B::Buf: Send,
 {
+    /// The torchrun way over backends already open, one per lane (e.g. a
+    /// DPDK port each): lane k swaps `ios[k]`'s advertised address through
+    /// its own rendezvous on `MASTER_PORT + k`, then connects; lanes
+    /// connect one after another, in the same order on every rank. Lane k
+    /// (k >= 1) is pinned to `cpus[k]` when given.
+    pub fn from_env_with(
+        ios: Vec<(B, SocketAddrV4)>,
+        config: DriverConfig,
+        cpus: &[Option<usize>],
+    ) -> Result<Self> {
+        if ios.is_empty() {
+            return Err(Error::Config("lanes must be at least 1"));
+        }
+        let env = RankEnv::from_env()?;
+        let mut comms = Vec::with_capacity(ios.len());
+        for (k, (io, advertise)) in ios.into_iter().enumerate() {
+            comms.push(Communicator::from_env_with_at(
+                &env.lane(k)?,
+                io,
+                advertise,
+                config.clone(),
+            )?);
+        }
+        Ok(Lanes::new(comms, cpus.to_vec(), DEFAULT_MIN_LANE_BYTES))
+    }
+
     /// Lanes from connected communicators (lane k is `comms[k]`; every
     /// rank must pass its lanes in the same order).
     pub fn new(

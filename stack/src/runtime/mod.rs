@@ -9,7 +9,7 @@ pub mod inline;
 pub mod services;
 
 use std::net::Ipv4Addr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -129,6 +129,14 @@ fn refuse_external_pool_on_af_xdp(device: &str, pool: &Mempool) -> Result<()> {
     Ok(())
 }
 
+/// A mempool name no other runtime of this process has (a process may
+/// run one runtime per port: one per lane of a collective, say).
+fn pool_name() -> String {
+    static RUNTIMES: AtomicUsize = AtomicUsize::new(0);
+    let n = RUNTIMES.fetch_add(1, Ordering::Relaxed);
+    format!("stack_{}_{n}", std::process::id())
+}
+
 /// One lcore's loop, ready to run.
 pub struct Worker {
     pub index: usize,
@@ -175,7 +183,7 @@ impl Runtime {
             // sends and receives single-segment packets only.
             None => Mempool::new(
                 eal,
-                &format!("stack_{}", std::process::id()),
+                &pool_name(),
                 cfg.mbufs,
                 256,
                 match cfg.mtu {

@@ -250,9 +250,11 @@ pub struct PerfArgs {
     #[arg(long, value_enum, default_value_t = Transport::Udp)]
     pub transport: Transport,
 
-    /// quic-*, --transport dpdk: our address on the port, e.g. 10.0.0.2/24.
+    /// quic-*, collectives, --transport dpdk: our address on the port, e.g.
+    /// 10.0.0.2/24. Collectives with --lanes N take N ports and one --ip
+    /// per port, in the order of the ports.
     #[arg(long, value_name = "ADDR/N")]
-    pub ip: Option<String>,
+    pub ip: Vec<String>,
 
     /// quic-client: bulk goodput or request/response latency.
     #[arg(long, value_enum, default_value_t = QuicTest::Bulk)]
@@ -356,10 +358,12 @@ pub struct PerfArgs {
     pub conns_per_peer: u16,
 
     /// Collectives: lanes per rank. A large all-reduce or broadcast is
-    /// split over this many communicators, each with its own UDP socket,
-    /// QUIC connections and thread (pinned to its own CPU with
-    /// --local-ranks; MASTER_PORT + k is lane k's rendezvous). Every rank
-    /// must use the same value. Kernel UDP only.
+    /// split over this many communicators, each with its own UDP socket
+    /// (--transport dpdk: its own port, the k-th of --pci then --vdev, with
+    /// the k-th --ip), QUIC connections and thread (pinned to its own CPU
+    /// with --local-ranks, else to the k-th CPU of --lcores when given;
+    /// MASTER_PORT + k is lane k's rendezvous). Every rank must use the
+    /// same value.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
     pub lanes: u16,
 

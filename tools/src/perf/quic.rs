@@ -5,7 +5,7 @@
 //! backend (`--transport udp`) or our DPDK stack (`--transport dpdk`).
 //! The protocol (ALPN ainftp-perf/1) is stack::quic::perf's.
 
-use std::net::SocketAddrV4;
+use std::net::{Ipv4Addr, SocketAddrV4};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -78,45 +78,94 @@ fn quic_err(e: stack::quic::QuicError) -> Error {
 /// `--vdev`/`--pci` and `--ip A/N`; its packet buffers in an arena with `--mbuf-arena` (keep the ArenaPool as
 /// long as the runtime).
 pub(crate) fn dpdk_runtime(args: &PerfArgs) -> Result<(dpdk_ffi::Eal, Runtime, Option<ArenaPool>)> {
-    let device = match (args.pci.first(), args.vdev.first()) {
-        (Some(p), None) => p.clone(),
-        (None, Some(v)) => v.clone(),
-        _ => {
-            return Err(Error::Usage(
-                "--transport dpdk needs one port: --vdev SPEC (e.g. net_af_xdp0,iface=veth1) or --pci BDF".into(),
-            ))
+    let port = dpdk_ports(args, 1)?.remove(0);
+    let eal = dpdk_eal(args, &dpdk_lcores(args)?)?;
+    let (rt, arena) = port_runtime(&eal, args, &port)?;
+    Ok((eal, rt, arena))
+}
+
+/// One DPDK port of ours: the device and our address on it.
+pub(crate) struct PortSpec {
+    pub device: String,
+    pub ip: Ipv4Addr,
+    pub prefix: u8,
+}
+
+/// The `want` ports of `--pci` then `--vdev`, each with its `--ip`, in
+/// the order given.
+pub(crate) fn dpdk_ports(args: &PerfArgs, want: usize) -> Result<Vec<PortSpec>> {
+    let devices: Vec<&String> = args.pci.iter().chain(&args.vdev).collect();
+    if devices.len() != want {
+        return Err(Error::Usage(match want {
+            1 => "--transport dpdk needs one port: --vdev SPEC (e.g. net_af_xdp0,iface=veth1) or --pci BDF".into(),
+            n => format!(
+                "--lanes {n} on --transport dpdk needs {n} ports, one per lane (--pci/--vdev), not {}",
+                devices.len()
+            ),
+        }));
+    }
+    if args.ip.len() != want {
+        return Err(Error::Usage(format!(
+            "--transport dpdk needs one --ip ADDR/PREFIX per port: {want} port(s), {} --ip",
+            args.ip.len()
+        )));
+    }
+    devices
+        .into_iter()
+        .zip(&args.ip)
+        .map(|(device, ip)| {
+            let (ip, prefix) = crate::dp::config::parse_cidr(ip)?;
+            Ok(PortSpec {
+                device: device.clone(),
+                ip,
+                prefix,
+            })
+        })
+        .collect()
+}
+
+/// `--lcores`, or the first online CPU: one side of a comparison gets one
+/// core unless told otherwise.
+pub(crate) fn dpdk_lcores(args: &PerfArgs) -> Result<Vec<u32>> {
+    match &args.lcores {
+        Some(list) => {
+            crate::cpulist::parse(list).map_err(|e| Error::Usage(format!("--lcores {list:?}: {e}")))
         }
-    };
-    let ip = args
-        .ip
-        .as_deref()
-        .ok_or_else(|| Error::Usage("--transport dpdk needs --ip ADDR/PREFIX".into()))?;
-    let (ip, prefix) = crate::dp::config::parse_cidr(ip)?;
-    // One lcore: one side of the comparison gets one core.
-    let lcores = match &args.lcores {
-        Some(list) => crate::cpulist::parse(list)
-            .map_err(|e| Error::Usage(format!("--lcores {list:?}: {e}")))?,
-        None => vec![eal_setup::default_lcores()?[0]],
-    };
-    let eal = eal_setup::init(&EalOptions {
-        lcores: &lcores,
+        None => Ok(vec![eal_setup::default_lcores()?[0]]),
+    }
+}
+
+/// DPDK's EAL on `lcores` (the first is the main thread's).
+pub(crate) fn dpdk_eal(args: &PerfArgs, lcores: &[u32]) -> Result<dpdk_ffi::Eal> {
+    eal_setup::init(&EalOptions {
+        lcores,
         pci: &args.pci,
         extra: &args.eal_args,
-    })?;
-    let mut cfg = RuntimeConfig::new(&device, ip, prefix);
+    })
+}
+
+/// The stack on `port`, one worker per EAL lcore, with the flags' idle
+/// policy, steering and MTU (and its buffers in an arena with
+/// `--mbuf-arena`).
+pub(crate) fn port_runtime(
+    eal: &dpdk_ffi::Eal,
+    args: &PerfArgs,
+    port: &PortSpec,
+) -> Result<(Runtime, Option<ArenaPool>)> {
+    let mut cfg = RuntimeConfig::new(&port.device, port.ip, port.prefix);
     cfg.idle = args.idle.into();
     cfg.steering = args.steering;
     cfg.mtu = args.mtu;
     let arena = match args.mbuf_arena {
-        true => Some(ArenaPool::new(&eal, cfg.mbufs)?),
+        true => Some(ArenaPool::new(eal, cfg.mbufs)?),
         false => None,
     };
     cfg.pool = arena.as_ref().map(|a| a.pool().clone());
-    let rt = Runtime::start(&eal, &cfg)?;
+    let rt = Runtime::start(eal, &cfg)?;
     if let Some(a) = &arena {
         crate::eprint_line(&format!("ainftp-perf: {}", a.describe()));
     }
-    Ok((eal, rt, arena))
+    Ok((rt, arena))
 }
 
 fn new_endpoint<B: Datagram>(

@@ -9,16 +9,15 @@ pub mod vnet;
 use std::net::SocketAddrV4;
 use std::time::{Duration, Instant};
 
-use collectives::driver::lanes::DEFAULT_MIN_LANE_BYTES;
-use collectives::driver::{Backend, Communicator, DriverConfig, DriverCounters, Lanes};
+use collectives::driver::{Backend, DriverConfig, DriverCounters, Lanes};
 use collectives::{Algo, Codec, Collective, Config, Op, ReduceOp, Rounding};
 use serde::Serialize;
 use stack::io::kernel::KernelUdpConfig;
-use stack::io::PacketIo;
 use stack::quic::QuicConfig;
 
 use crate::error::{Error, Result};
 use crate::perf::args::{CollAlgo, CollCodec, CollOp, Mode, PerfArgs, Transport};
+use crate::perf::quic;
 
 /// A backend lanes can run on (each lane's thread owns its backend).
 trait LaneBackend: Backend + Send {}
@@ -56,6 +55,8 @@ pub struct Row {
     pub datagram_bytes: usize,
     /// Lanes this size ran on (see `--lanes`).
     pub lanes: usize,
+    /// UDP payload bytes each lane sent per collective, rank 0.
+    pub lane_wire_bytes_per_op: Vec<f64>,
 }
 
 /// Runs the mode: spawns local ranks, or is one rank.
@@ -74,13 +75,8 @@ pub fn run(args: &PerfArgs) -> Result<()> {
             run_rank(Lanes::from_env(config, args.lanes as usize, &cpus)?, args)
         }
         Transport::Dpdk => {
-            let (stack, _arena) = open_dpdk_stack(args)?;
-            let advertise = SocketAddrV4::new(stack.local_ip(), stack.udp_port());
-            let comm = Communicator::from_env_with(stack, advertise, config)?;
-            run_rank(
-                Lanes::new(vec![comm], vec![None], DEFAULT_MIN_LANE_BYTES),
-                args,
-            )
+            let (lanes, cpus, _eal) = open_dpdk_lanes(args)?;
+            run_rank(Lanes::from_env_with(lanes, config, &cpus)?, args)
         }
     }
 }
@@ -96,7 +92,7 @@ fn spawn_local(args: &PerfArgs, n: usize) -> Result<()> {
                 true => vnet::Pmd::AfPacket,
                 false => vnet::Pmd::AfXdp,
             };
-            let net = vnet::VirtualNet::create(n, pmd, args.mtu)?;
+            let net = vnet::VirtualNet::create(n, args.lanes as usize, pmd, args.mtu)?;
             let cpus = crate::cpulist::online_cpus()?;
             local::spawn_ranks(n, grace, |r| net.rank_args(r, cpus[r % cpus.len()]))
         }
@@ -106,22 +102,45 @@ fn spawn_local(args: &PerfArgs, n: usize) -> Result<()> {
 /// UDP port of a rank on our stack, unless `AINFTP_BIND` names one.
 const DPDK_RANK_PORT: u16 = 29_600;
 
-/// This rank's stack: the port of `--vdev`/`--pci` with `--ip`, driven
-/// from the communicator's calls (and the arena its buffers are in, with
-/// `--mbuf-arena`, to keep while the stack runs).
-fn open_dpdk_stack(
+/// This rank's lanes on our stack: lane k on the k-th port of `--pci`
+/// then `--vdev`, with the k-th `--ip`, driven from the communicator's
+/// calls; and the CPU each lane's thread runs on. EAL runs on the first
+/// lcore only (lane 0, the caller's thread); lane k is pinned by the
+/// lanes to the k-th CPU of `--lcores`, or, with `--local-ranks`, to the
+/// launcher's choice. (The EAL and the arena of `--mbuf-arena` are kept
+/// while the stacks run.)
+#[allow(clippy::type_complexity)]
+fn open_dpdk_lanes(
     args: &PerfArgs,
 ) -> Result<(
-    stack::runtime::InlineStack,
-    Option<crate::arena_pool::ArenaPool>,
+    Vec<(stack::runtime::InlineStack, SocketAddrV4)>,
+    Vec<Option<usize>>,
+    (dpdk_ffi::Eal, Vec<crate::arena_pool::ArenaPool>),
 )> {
-    let port =
+    let lanes = args.lanes as usize;
+    let ports = quic::dpdk_ports(args, lanes)?;
+    let lcores = quic::dpdk_lcores(args)?;
+    let eal = quic::dpdk_eal(args, &lcores[..1])?;
+    let udp_port =
         collectives::driver::rendezvous::bind_from_env()?.map_or(DPDK_RANK_PORT, |a| a.port());
-    let (_eal, rt, arena) = crate::perf::quic::dpdk_runtime(args)?;
-    let stack = rt
-        .into_inline(port)
-        .map_err(|e| Error::Usage(e.to_string()))?;
-    Ok((stack, arena))
+    let mut stacks = Vec::with_capacity(lanes);
+    let mut arenas = Vec::new();
+    for port in &ports {
+        let (rt, arena) = quic::port_runtime(&eal, args, port)?;
+        arenas.extend(arena);
+        let stack = rt
+            .into_inline(udp_port)
+            .map_err(|e| Error::Usage(e.to_string()))?;
+        stacks.push((stack, SocketAddrV4::new(port.ip, udp_port)));
+    }
+    let cpus = if local::is_child() {
+        local::lane_cpus(lanes)
+    } else {
+        (0..lanes)
+            .map(|k| lcores.get(k).map(|&c| c as usize))
+            .collect()
+    };
+    Ok((stacks, cpus, (eal, arenas)))
 }
 
 fn run_rank<B: LaneBackend>(mut comm: Lanes<B>, args: &PerfArgs) -> Result<()>
@@ -160,7 +179,7 @@ fn validate(args: &PerfArgs) -> Result<()> {
         let given = [
             (!args.vdev.is_empty(), "--vdev"),
             (!args.pci.is_empty(), "--pci"),
-            (args.ip.is_some(), "--ip"),
+            (!args.ip.is_empty(), "--ip"),
             (args.lcores.is_some(), "--lcores"),
         ];
         if let Some((_, flag)) = given.iter().find(|(set, _)| *set) {
@@ -169,10 +188,9 @@ fn validate(args: &PerfArgs) -> Result<()> {
             )));
         }
     }
-    if args.lanes > 1 && args.transport == Transport::Dpdk {
+    if args.lanes > 1 && args.mbuf_arena {
         return Err(Error::Usage(
-            "--lanes runs over kernel UDP sockets only (--transport udp); on our DPDK stack each rank has one lane"
-                .into(),
+            "--mbuf-arena runs with one lane: a rank's arena holds one port's buffers".into(),
         ));
     }
     if args.mbuf_arena && args.transport != Transport::Dpdk {
@@ -276,7 +294,13 @@ where
         buf.copy_from_slice(&input);
         comm.run(coll, &mut buf)?;
     }
+    let lane_sent = |comm: &Lanes<B>| -> Vec<u64> {
+        (0..comm.lanes())
+            .map(|k| comm.lane(k).counters().wire.bytes_sent)
+            .collect()
+    };
     let before = comm.counters();
+    let lanes_before = lane_sent(comm);
     let mut total = Duration::ZERO;
     for _ in 0..args.iters {
         // Fresh input each time (not timed), so results stay checkable.
@@ -286,6 +310,7 @@ where
         total += t.elapsed();
     }
     let after = comm.counters();
+    let lanes_after = lane_sent(comm);
     let (max_rel_err, wrong) = check::check(args.mode, args.op, args.codec, rank, world, &buf);
     let identical = if args.mode == Mode::ReduceScatter {
         None
@@ -320,6 +345,11 @@ where
         algo: algo_name(comm, coll.op, count)?,
         datagram_bytes: comm.max_payload(),
         lanes: comm.lanes_for(coll.op, count),
+        lane_wire_bytes_per_op: lanes_before
+            .iter()
+            .zip(&lanes_after)
+            .map(|(b, a)| (a - b) as f64 / args.iters as f64)
+            .collect(),
         time_us: secs * 1e6,
         algbw,
         busbw: algbw * bus_factor(args.mode, world),

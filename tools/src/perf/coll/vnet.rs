@@ -1,18 +1,22 @@
 //! The virtual network of `--local-ranks N --transport dpdk`: a Linux
-//! bridge with one veth pair per rank; each rank runs our stack on
-//! net_af_xdp (or net_af_packet) over its end, the other end is a bridge
-//! port. Ranks stay in
-//! this network namespace (their rendezvous is TCP on 127.0.0.1); their
-//! QUIC traffic goes DPDK -> veth -> bridge -> veth -> DPDK. Removed on
-//! drop, also when a rank fails.
+//! bridge with one veth pair per rank and lane; each rank runs our stack
+//! on net_af_xdp (or net_af_packet) over its ends, the other ends are
+//! bridge ports. Lane k of every rank has its own subnet, 10.98.k.0/24.
+//! Ranks stay in this network namespace (their rendezvous is TCP on
+//! 127.0.0.1); their QUIC traffic goes DPDK -> veth -> bridge -> veth ->
+//! DPDK. Removed on drop, also when a rank fails.
 
 use std::net::Ipv4Addr;
 use std::process::Command;
 
 use crate::error::{Error, Result};
 
-/// Rank `i` gets 10.98.0.(i+1)/24 on its DPDK port.
-const SUBNET: [u8; 3] = [10, 98, 0];
+/// Rank `i` gets 10.98.k.(i+1)/24 on its lane-k port.
+const NET: [u8; 2] = [10, 98];
+
+/// Veths at most: their names (`ac<pid>r<j>p`) must fit Linux's 15
+/// characters.
+const MAX_LINKS: usize = 999;
 
 /// The PMD each rank runs on its veth end.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -25,7 +29,9 @@ pub enum Pmd {
 
 pub struct VirtualNet {
     bridge: String,
-    ranks: Vec<String>,
+    /// Our veth ends: rank r's lane k is `links[r * lanes + k]`.
+    links: Vec<String>,
+    lanes: usize,
     pmd: Pmd,
     mtu: u16,
     /// The ranks get `--mtu` from us unless the user gave one (each rank
@@ -47,20 +53,26 @@ impl Pmd {
 }
 
 impl VirtualNet {
-    /// Creates the bridge and `n` veth pairs with the `--mtu` given, or the
-    /// PMD's default (names carry our pid, so concurrent runs do not
-    /// collide). Needs root.
-    pub fn create(n: usize, pmd: Pmd, mtu_flag: Option<u16>) -> Result<VirtualNet> {
+    /// Creates the bridge and a veth pair for each of `lanes` lanes of `n`
+    /// ranks, with the `--mtu` given, or the PMD's default (names carry our
+    /// pid, so concurrent runs do not collide). Needs root.
+    pub fn create(n: usize, lanes: usize, pmd: Pmd, mtu_flag: Option<u16>) -> Result<VirtualNet> {
         let mtu = mtu_flag.unwrap_or(pmd.default_mtu());
         if n > 253 {
             return Err(Error::Usage(format!(
                 "--transport dpdk: at most 253 local ranks, not {n}"
             )));
         }
+        if n * lanes > MAX_LINKS {
+            return Err(Error::Usage(format!(
+                "--transport dpdk: at most {MAX_LINKS} local ports (ranks x lanes), not {n} x {lanes}"
+            )));
+        }
         let pid = std::process::id();
         let mut net = VirtualNet {
             bridge: format!("ac{pid}br"),
-            ranks: Vec::new(),
+            links: Vec::new(),
+            lanes,
             pmd,
             mtu,
             add_mtu_flag: mtu_flag.is_none(),
@@ -68,11 +80,11 @@ impl VirtualNet {
         ip(&["link", "add", &net.bridge, "type", "bridge"])?;
         quiet_ipv6(&net.bridge);
         ip(&["link", "set", &net.bridge, "up"])?;
-        for i in 0..n {
-            let dev = format!("ac{pid}r{i}");
+        for j in 0..n * lanes {
+            let dev = format!("ac{pid}r{j}");
             let port = format!("{dev}p");
             ip(&["link", "add", &dev, "type", "veth", "peer", "name", &port])?;
-            net.ranks.push(dev.clone());
+            net.links.push(dev.clone());
             for d in [&dev, &port] {
                 quiet_ipv6(d);
                 ip(&["link", "set", d, "mtu", &mtu.to_string()])?;
@@ -84,35 +96,39 @@ impl VirtualNet {
         Ok(net)
     }
 
-    /// The per-rank flags: its port, address, MTU and lcore.
+    /// The per-rank flags: its ports and their addresses (one per lane),
+    /// MTU and lcore.
     pub fn rank_args(&self, rank: usize, lcore: u32) -> Vec<String> {
         let driver = match self.pmd {
             Pmd::AfXdp => "net_af_xdp",
             Pmd::AfPacket => "net_af_packet",
         };
-        let mut args = vec![
-            "--vdev".into(),
-            format!("{driver}{rank},iface={}", self.ranks[rank]),
-            "--ip".into(),
-            format!("{}/24", Self::address(rank)),
-            "--lcores".into(),
-            lcore.to_string(),
-        ];
+        let mut args = Vec::new();
+        for lane in 0..self.lanes {
+            let j = rank * self.lanes + lane;
+            args.extend([
+                "--vdev".into(),
+                format!("{driver}{j},iface={}", self.links[j]),
+                "--ip".into(),
+                format!("{}/24", Self::address(rank, lane)),
+            ]);
+        }
+        args.extend(["--lcores".into(), lcore.to_string()]);
         if self.add_mtu_flag {
             args.extend(["--mtu".into(), self.mtu.to_string()]);
         }
         args
     }
 
-    pub fn address(rank: usize) -> Ipv4Addr {
-        Ipv4Addr::new(SUBNET[0], SUBNET[1], SUBNET[2], rank as u8 + 1)
+    pub fn address(rank: usize, lane: usize) -> Ipv4Addr {
+        Ipv4Addr::new(NET[0], NET[1], lane as u8, rank as u8 + 1)
     }
 }
 
 impl Drop for VirtualNet {
     fn drop(&mut self) {
         // Deleting one end of a veth pair deletes both.
-        for dev in &self.ranks {
+        for dev in &self.links {
             let _ = ip(&["link", "del", dev]);
         }
         let _ = ip(&["link", "del", &self.bridge]);
