@@ -4,9 +4,13 @@
 # ranks, same sizes, same inputs and timing, runs alternating, medians
 # printed with the ratio (Gloo time / ainftp time: >1 means ainftp is faster).
 #   RUNS=3 RANKS="2 4" MINBYTES=4 MAXBYTES=64M FACTOR=4 ITERS=10 WARMUP=3
-#   CODECS="f32 i16" TRANSPORTS="udp dpdk" PAYLOAD=1472 ./scripts/bench-allreduce.sh
+#   CODECS="f32 i16" TRANSPORTS="udp dpdk" PAYLOAD=1472 LANES="1 4" ./scripts/bench-allreduce.sh
 # PAYLOAD: UDP payload per datagram over kernel UDP; default: the route's
 # MTU (loopback) capped at 32 KiB, ainftp-perf's own default.
+# LANES: ainftp's lanes per rank (--lanes; each a thread on a CPU of its
+# own while there are enough); default 1. Gloo runs as it is.
+# PERF, PY: the ainftp-perf binary (default: built here) and the python
+# with torch (default: Debian's), for hosts that have their own.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -20,14 +24,17 @@ WARMUP=${WARMUP:-3}
 CODECS=${CODECS:-"f32 i16"}
 TRANSPORTS=${TRANSPORTS:-"udp dpdk"}
 PAYLOAD=${PAYLOAD:-}
-PY=/usr/bin/python3   # Debian's python3-torch (scripts/setup-host.sh)
+LANES=${LANES:-1}
+PY=${PY:-/usr/bin/python3}   # Debian's python3-torch (scripts/setup-host.sh)
 
 if ! "$PY" -c 'import torch.distributed as d; assert d.is_gloo_available()' 2>/dev/null; then
     echo "bench-allreduce: torch with Gloo is missing: run scripts/setup-host.sh (python3-torch)" >&2
     exit 1
 fi
-cargo build --release -j1 -p tools >&2
-PERF=target/release/ainftp-perf
+if [ -z "${PERF:-}" ]; then
+    cargo build --release -j1 -p tools >&2
+    PERF=target/release/ainftp-perf
+fi
 OUT=$(mktemp -d /tmp/bench-allreduce.XXXXXX)
 flags=(-b "$MINBYTES" -e "$MAXBYTES" -f "$FACTOR" -n "$ITERS" -w "$WARMUP")
 payload=()
@@ -38,11 +45,13 @@ for ranks in $RANKS; do
     for run in $(seq "$RUNS"); do
         for transport in $TRANSPORTS; do
             for codec in $CODECS; do
-                echo "# ranks=$ranks run=$run ainftp transport=$transport codec=$codec" >&2
-                # libbpf's notes on stderr (af_xdp) go to a log.
-                "$PERF" allreduce --local-ranks "$ranks" --transport "$transport" --codec "$codec" \
-                    "${payload[@]}" "${flags[@]}" --json \
-                    > "$OUT/ainftp_$transport-$ranks-$codec-$run.jsonl" 2>>"$OUT/stderr.log"
+                for lanes in $LANES; do
+                    echo "# ranks=$ranks run=$run ainftp transport=$transport codec=$codec lanes=$lanes" >&2
+                    # libbpf's notes on stderr (af_xdp) go to a log.
+                    "$PERF" allreduce --local-ranks "$ranks" --transport "$transport" --codec "$codec" \
+                        --lanes "$lanes" "${payload[@]}" "${flags[@]}" --json \
+                        > "$OUT/ainftp_$transport-$ranks-$codec-$run-$lanes.jsonl" 2>>"$OUT/stderr.log"
+                done
             done
         done
         echo "# ranks=$ranks run=$run gloo" >&2
@@ -58,6 +67,8 @@ runs = {}
 for path in glob.glob(os.path.join(out, "*.jsonl")):
     tool, ranks, *rest = os.path.basename(path)[:-len(".jsonl")].split("-")
     variant = "gloo" if tool == "gloo" else tool.split("_")[1] + " " + rest[0]
+    if tool != "gloo" and rest[2] != "1":
+        variant += f" x{rest[2]} lanes"
     for line in open(path):
         r = json.loads(line)
         runs.setdefault((variant, int(ranks), r["bytes"]), []).append(r)

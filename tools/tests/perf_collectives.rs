@@ -153,8 +153,8 @@ fn other_collectives_match_their_references() {
 
 #[test]
 fn lanes_split_large_buckets_and_keep_results_exact() {
-    // Two lanes split buckets from 2 x 256 KiB on; smaller ones run on
-    // lane 0.
+    // Two lanes with parts of at least 256 KiB split buckets from 512 KiB
+    // on; smaller ones run on lane 0.
     for codec in ["f32", "i16"] {
         let rows = rows(&[
             "allreduce",
@@ -162,6 +162,8 @@ fn lanes_split_large_buckets_and_keep_results_exact() {
             "3",
             "--lanes",
             "2",
+            "--lane-min-bytes",
+            "256K",
             "--codec",
             codec,
             "-b",
@@ -208,7 +210,9 @@ fn lanes_split_large_buckets_and_keep_results_exact() {
         "--json",
     ]);
     check_rows(&rows, 1e-6, true);
-    assert_eq!(rows.last().unwrap()["lanes"], 3);
+    // Split from 3 x 1 MiB on (the default part size): only the 4 MiB row.
+    let lanes: Vec<_> = rows.iter().map(|r| r["lanes"].as_u64().unwrap()).collect();
+    assert_eq!(lanes, [1, 1, 1, 1, 3], "{rows:?}");
 }
 
 #[test]

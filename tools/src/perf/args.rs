@@ -367,6 +367,12 @@ pub struct PerfArgs {
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
     pub lanes: u16,
 
+    /// Collectives with --lanes: a bucket is split only when each lane
+    /// gets at least this many bytes (suffixes K, M, G). Every rank must
+    /// use the same value.
+    #[arg(long, value_name = "BYTES", default_value = "1M", value_parser = parse_bytes)]
+    pub lane_min_bytes: u64,
+
     /// Collectives: seconds a peer may stay silent in a collective before
     /// it fails with an error naming that peer.
     #[arg(long, default_value_t = 30.0)]

@@ -120,6 +120,8 @@ fn open_dpdk_lanes(
     let lanes = args.lanes as usize;
     let ports = quic::dpdk_ports(args, lanes)?;
     let lcores = quic::dpdk_lcores(args)?;
+    // EAL checks only the first; the lanes' CPUs must exist too.
+    crate::cpulist::check_online(&lcores)?;
     let eal = quic::dpdk_eal(args, &lcores[..1])?;
     let udp_port =
         collectives::driver::rendezvous::bind_from_env()?.map_or(DPDK_RANK_PORT, |a| a.port());
@@ -147,6 +149,7 @@ fn run_rank<B: LaneBackend>(mut comm: Lanes<B>, args: &PerfArgs) -> Result<()>
 where
     B::Buf: Send,
 {
+    comm.set_min_lane_bytes(usize::try_from(args.lane_min_bytes).unwrap_or(usize::MAX));
     let (rank, world) = (comm.rank(), comm.world());
     if args.fault_exit_rank == Some(rank) {
         eprintln!("ainftp-perf: rank {rank} exits on purpose (--fault-exit-rank)");
