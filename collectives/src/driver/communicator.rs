@@ -91,6 +91,10 @@ impl DriverCounters {
     }
 }
 
+/// Longest idle wait of a blocking call: traffic wakes it sooner; this
+/// bounds how late a ping or a timeout is noticed.
+const LONGEST_NAP: Duration = Duration::from_millis(100);
+
 /// Collectives over QUIC between `world` ranks. See the module docs for
 /// where the loop runs.
 pub struct Communicator<B: Backend = KernelUdp> {
@@ -272,6 +276,20 @@ impl<B: Backend> Communicator<B> {
     /// Runs `collective` on `buf` to completion (after any started
     /// non-blocking ones, which complete first, in order).
     pub fn run(&mut self, collective: Collective, buf: &mut [f32]) -> Result<()> {
+        self.run_alongside(collective, buf, LONGEST_NAP, || Ok(()))
+    }
+
+    /// `run` for a caller that must keep other traffic moving meanwhile
+    /// (the other lanes of [`super::Lanes`]): `between` is called after
+    /// every round, and an idle wait lasts at most `max_nap`. An error
+    /// from `between` ends the call.
+    pub(crate) fn run_alongside(
+        &mut self,
+        collective: Collective,
+        buf: &mut [f32],
+        max_nap: Duration,
+        mut between: impl FnMut() -> Result<()>,
+    ) -> Result<()> {
         self.usable()?;
         while let Some(id) = self.queue.back().map(|q| q.id) {
             self.drive_until(|c| c.done.contains_key(&id))?;
@@ -283,11 +301,12 @@ impl<B: Backend> Communicator<B> {
         let mut flush_until = None;
         while !(complete && self.quiet()) {
             let mut now_done = false;
-            let r = self.round(buf, &mut now_done, true);
+            let r = self.round(buf, &mut now_done, Some(max_nap));
             complete |= now_done;
             if let Err(e) = r {
                 return Err(self.fail(e));
             }
+            between()?;
             // Done here; our last sends may wait on a slow peer's flow
             // control. Bounded: they also leave with the next call.
             if complete {
@@ -313,14 +332,14 @@ impl<B: Backend> Communicator<B> {
             buf,
             started: false,
         });
-        self.step(false)?;
+        self.step(None)?;
         Ok(OpHandle(id))
     }
 
     /// One round of progress without sleeping; whether `h` is done.
     pub fn test(&mut self, h: &OpHandle) -> Result<bool> {
         if !self.done.contains_key(&h.0) {
-            self.step(false)?;
+            self.step(None)?;
         }
         Ok(self.done.contains_key(&h.0))
     }
@@ -330,7 +349,7 @@ impl<B: Backend> Communicator<B> {
     /// peers' messages for the next collective are buffered. Then waits up
     /// to `max_wait` for a datagram or a QUIC timer (zero: returns at once).
     pub fn progress(&mut self, max_wait: Duration) -> Result<()> {
-        self.step(false)?;
+        self.step(None)?;
         if !max_wait.is_zero() {
             let r = self.mesh.idle_wait(max_wait);
             r.map_err(|e| self.fail(e))?;
@@ -387,18 +406,18 @@ impl<B: Backend> Communicator<B> {
 
     fn drive_until(&mut self, mut done: impl FnMut(&Self) -> bool) -> Result<()> {
         while !done(self) {
-            self.step(true)?;
+            self.step(Some(LONGEST_NAP))?;
         }
         Ok(())
     }
 
     /// One round for the non-blocking queue: start its head if needed,
     /// move traffic, retire it when complete.
-    fn step(&mut self, may_sleep: bool) -> Result<()> {
+    fn step(&mut self, nap: Option<Duration>) -> Result<()> {
         self.usable()?;
         let Some(head) = self.queue.front_mut() else {
             // Nothing queued: still move traffic (flushes, acks).
-            let r = self.round(&mut [], &mut false, may_sleep);
+            let r = self.round(&mut [], &mut false, nap);
             return r.map_err(|e| self.fail(e));
         };
         if !head.started {
@@ -420,7 +439,7 @@ impl<B: Backend> Communicator<B> {
         }
         let mut buf = std::mem::take(&mut self.queue.front_mut().expect("head").buf);
         let mut complete = false;
-        let r = self.round(&mut buf, &mut complete, may_sleep);
+        let r = self.round(&mut buf, &mut complete, nap);
         self.queue.front_mut().expect("head").buf = buf;
         match r {
             Ok(()) if complete => self.retire(Ok(())),
@@ -439,18 +458,18 @@ impl<B: Backend> Communicator<B> {
         self.done.insert(q.id, result.map(|()| q.buf));
     }
 
-    /// One turn of the mesh, then idling and liveness.
-    fn round(&mut self, buf: &mut [f32], complete: &mut bool, may_sleep: bool) -> Result<()> {
+    /// One turn of the mesh, then idling (with `nap`: a wait of at most
+    /// that long once idle for `spin`) and liveness.
+    fn round(&mut self, buf: &mut [f32], complete: &mut bool, nap: Option<Duration>) -> Result<()> {
         let work = self.mesh.turn(&mut self.engine, buf, complete)?;
         let now = Instant::now();
         if work > 0 || *complete {
             self.clock.idle_since = None;
         } else {
             let since = *self.clock.idle_since.get_or_insert(now);
-            if may_sleep && now - since >= self.cfg.spin {
+            if let Some(nap) = nap.filter(|_| now - since >= self.cfg.spin) {
                 let until_ping = self.clock.next_ping.saturating_duration_since(now);
-                self.mesh
-                    .idle_wait(until_ping.min(Duration::from_millis(100)))?;
+                self.mesh.idle_wait(until_ping.min(nap))?;
                 self.idle_waits += 1;
             }
         }

@@ -19,7 +19,7 @@
 
 use std::net::SocketAddrV4;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use stack::io::kernel::KernelUdp;
 
@@ -225,18 +225,23 @@ where
         result
     }
 
-    /// Lane 0 runs the collective (on a copy: its non-blocking API owns
-    /// the buffer) while the other lanes' traffic keeps moving.
+    /// Lane 0 runs the collective in place while the other lanes' traffic
+    /// keeps moving: they are polled every `OTHER_LANES_EVERY` at most
+    /// (each poll is a receive call per lane), and lane 0 naps no longer
+    /// than that when idle.
     fn run_on_lane_zero(&mut self, collective: Collective, buf: &mut [f32]) -> Result<()> {
         let (first, others) = self.lanes.split_first_mut().expect("at least one lane");
-        let h = first.start(collective, buf.to_vec())?;
-        while !first.test(&h)? {
-            for lane in others.iter_mut() {
-                lane.progress(Duration::ZERO)?;
+        let mut next_poll = Instant::now();
+        first.run_alongside(collective, buf, OTHER_LANES_EVERY, || {
+            let now = Instant::now();
+            if now >= next_poll {
+                for lane in others.iter_mut() {
+                    lane.progress(Duration::ZERO)?;
+                }
+                next_poll = now + OTHER_LANES_EVERY;
             }
-        }
-        buf.copy_from_slice(&first.wait(h)?);
-        Ok(())
+            Ok(())
+        })
     }
 
     fn run_split(&mut self, collective: Collective, buf: &mut [f32]) -> Result<()> {
@@ -290,6 +295,11 @@ where
         let _ = leave_all(std::mem::take(&mut self.lanes));
     }
 }
+
+/// How often the other lanes move their traffic while lane 0 runs a
+/// collective alone: often enough that a peer waiting on one of them for
+/// a retransmission or an acknowledgement is not held up for long.
+const OTHER_LANES_EVERY: Duration = Duration::from_micros(200);
 
 /// How long a lane that finished its part sleeps at most between rounds
 /// while the rank's other lanes still work.
