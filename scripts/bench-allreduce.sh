@@ -50,7 +50,8 @@ for ranks in $RANKS; do
                     # libbpf's notes on stderr (af_xdp) go to a log.
                     "$PERF" allreduce --local-ranks "$ranks" --transport "$transport" --codec "$codec" \
                         --lanes "$lanes" "${payload[@]}" "${flags[@]}" --json \
-                        > "$OUT/ainftp_$transport-$ranks-$codec-$run-$lanes.jsonl" 2>>"$OUT/stderr.log"
+                        > "$OUT/ainftp_$transport-$ranks-$codec-$run-$lanes.jsonl" 2>>"$OUT/stderr.log" ||
+                        { echo "bench-allreduce: ainftp-perf failed:" >&2; tail -5 "$OUT/stderr.log" >&2; exit 1; }
                 done
             done
         done
