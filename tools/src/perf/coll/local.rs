@@ -61,19 +61,42 @@ pub fn lane_cpus(lanes: usize) -> Vec<Option<usize>> {
         .collect()
 }
 
+/// A port P such that P .. P + count - 1 are free on every address: the
+/// rendezvous of lane k listens on P + k. (Another process may still take
+/// one before rank 0 binds it; the rank then says so.)
+fn free_ports(count: usize) -> Result<u16> {
+    let err = |e| Error::Io("picking rendezvous ports".into(), e);
+    for _ in 0..64 {
+        let first = TcpListener::bind("0.0.0.0:0").map_err(err)?;
+        let port = first.local_addr().map_err(err)?.port();
+        let block = (1..count).map(|k| {
+            u16::try_from(usize::from(port) + k)
+                .ok()
+                .and_then(|p| TcpListener::bind(("0.0.0.0", p)).ok())
+        });
+        // Held together, so each bind is checked against the others.
+        let held: Option<Vec<TcpListener>> = block.collect();
+        if held.is_some() {
+            return Ok(port);
+        }
+    }
+    Err(Error::Usage(format!(
+        "found no {count} consecutive free TCP ports for the lanes' rendezvous"
+    )))
+}
+
 /// Starts the ranks (rank r with `rank_args(r)` before our own arguments)
-/// and waits for all of them. Rank r is told to pin itself to the r-th of
+/// and waits for all of them; the rendezvous ports of `lanes` lanes are
+/// checked free first. Rank r is told to pin itself to the r-th of
 /// the CPUs this process may run on (round robin). Once one fails, the others get `grace` to
 /// fail on their own (they report the cause) before they are killed.
 pub fn spawn_ranks(
     n: usize,
+    lanes: usize,
     grace: Duration,
     rank_args: impl Fn(usize) -> Vec<String>,
 ) -> Result<()> {
-    let port = TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map_err(|e| Error::Io("picking a rendezvous port".into(), e))?
-        .port();
+    let port = free_ports(lanes)?;
     let exe = std::env::current_exe().map_err(|e| Error::Io("finding this binary".into(), e))?;
     let args: Vec<_> = std::env::args_os().skip(1).collect();
     let cpus: Vec<usize> = core_affinity::get_core_ids()

@@ -84,7 +84,7 @@ pub fn run(args: &PerfArgs) -> Result<()> {
 fn spawn_local(args: &PerfArgs, n: usize) -> Result<()> {
     let grace = Duration::from_secs_f64(args.timeout) + Duration::from_secs(10);
     match args.transport {
-        Transport::Udp => local::spawn_ranks(n, grace, |_| Vec::new()),
+        Transport::Udp => local::spawn_ranks(n, args.lanes as usize, grace, |_| Vec::new()),
         Transport::Dpdk => {
             // net_af_xdp cannot take an arena pool; net_af_packet copies
             // each frame into whatever pool it is given.
@@ -94,7 +94,9 @@ fn spawn_local(args: &PerfArgs, n: usize) -> Result<()> {
             };
             let net = vnet::VirtualNet::create(n, args.lanes as usize, pmd, args.mtu)?;
             let cpus = crate::cpulist::online_cpus()?;
-            local::spawn_ranks(n, grace, |r| net.rank_args(r, cpus[r % cpus.len()]))
+            local::spawn_ranks(n, args.lanes as usize, grace, |r| {
+                net.rank_args(r, cpus[r % cpus.len()])
+            })
         }
     }
 }
