@@ -216,6 +216,53 @@ fn lanes_split_large_buckets_and_keep_results_exact() {
 }
 
 #[test]
+fn lanes_run_on_the_cpus_given() {
+    // A lone rank's lanes go to the CPUs of --lcores, one each; with
+    // --local-ranks, a rank's lanes go to CPUs of their own while there
+    // are enough (rank i's lane k on the (i + k x ranks)-th).
+    let port = std::net::TcpListener::bind("0.0.0.0:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let out = Command::new(PERF)
+        .args(["allreduce", "--lanes", "2", "--lcores", "0,1"])
+        .args(["-b", "4M", "-e", "4M", "-n", "2", "-w", "0", "--json"])
+        .env("RANK", "0")
+        .env("WORLD_SIZE", "1")
+        .env("MASTER_ADDR", "127.0.0.1")
+        .env("MASTER_PORT", port.to_string())
+        .output()
+        .unwrap();
+    let lone = common::json_rows(&out);
+    assert_eq!(lone[0]["lanes"], 2, "{lone:?}");
+    assert_eq!(lone[0]["lane_cpus"], serde_json::json!([0, 1]), "{lone:?}");
+    let rows = rows(&[
+        "allreduce",
+        "--local-ranks",
+        "1",
+        "--lanes",
+        "2",
+        "-b",
+        "4M",
+        "-e",
+        "4M",
+        "-n",
+        "2",
+        "-w",
+        "0",
+        "--json",
+    ]);
+    let allowed: Vec<usize> = core_affinity::get_core_ids()
+        .unwrap()
+        .iter()
+        .map(|c| c.id)
+        .collect();
+    let want = [allowed[0], allowed[1 % allowed.len()]];
+    assert_eq!(rows[0]["lane_cpus"], serde_json::json!(want), "{rows:?}");
+}
+
+#[test]
 fn dead_peer_is_a_clear_error_not_a_hang() {
     let start = Instant::now();
     let out = perf(&[
@@ -286,6 +333,9 @@ fn missing_environment_and_bad_dpdk_flags_are_one_line_errors() {
         stderr.contains("--lanes 2 on --transport dpdk needs 2 ports") && stderr.contains("not 1"),
         "{stderr}"
     );
+    // Lanes on --lcores take one CPU each, checked before anything starts.
+    let stderr = lone_rank(&["--lanes", "2", "--lcores", "0"]);
+    assert!(stderr.contains("names 1 CPU(s) for 2 lane(s)"), "{stderr}");
     let stderr = lone_rank(&[
         "--lanes",
         "2",
@@ -333,6 +383,16 @@ fn missing_environment_and_bad_dpdk_flags_are_one_line_errors() {
     assert!(!out.status.success());
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
     assert!(stderr.contains("--vdev is chosen per rank"), "{stderr}");
+
+    // Local ranks get their CPUs from the launcher.
+    let out = perf(&["allreduce", "--local-ranks", "2", "--lcores", "0"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.contains("--lcores is chosen per rank with --local-ranks"),
+        "{stderr}"
+    );
 
     // The arena holds our DPDK stack's buffers: kernel UDP has none.
     let out = perf(&["allreduce", "--local-ranks", "2", "--mbuf-arena"]);

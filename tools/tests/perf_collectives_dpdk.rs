@@ -123,6 +123,39 @@ fn dpdk_lanes_split_large_buckets_over_their_own_ports() {
 }
 
 #[test]
+fn dpdk_lanes_get_cpus_of_their_own() {
+    // EAL pins lane 0's thread; the other lanes must still get CPUs of
+    // their own (one rank: lane k on the k-th allowed CPU).
+    let (out, _) = perf(&[
+        "allreduce",
+        "--local-ranks",
+        "1",
+        "--transport",
+        "dpdk",
+        "--lanes",
+        "2",
+        "-b",
+        "4M",
+        "-e",
+        "4M",
+        "-n",
+        "2",
+        "-w",
+        "0",
+        "--json",
+    ]);
+    let rows = json_rows(&out);
+    let allowed: Vec<usize> = core_affinity::get_core_ids()
+        .unwrap()
+        .iter()
+        .map(|c| c.id)
+        .collect();
+    let want = [allowed[0], allowed[1 % allowed.len()]];
+    assert_eq!(rows[0]["lanes"], 2, "{rows:?}");
+    assert_eq!(rows[0]["lane_cpus"], serde_json::json!(want), "{rows:?}");
+}
+
+#[test]
 fn four_dpdk_ranks_i16_and_other_collectives_match_references() {
     let (out, _) = perf(&[
         "allreduce",

@@ -282,7 +282,7 @@ impl<B: Backend> Communicator<B> {
     /// `run` for a caller that must keep other traffic moving meanwhile
     /// (the other lanes of [`super::Lanes`]): `between` is called after
     /// every round, and an idle wait lasts at most `max_nap`. An error
-    /// from `between` ends the call.
+    /// from `between` fails this communicator too (it is mid-collective).
     pub(crate) fn run_alongside(
         &mut self,
         collective: Collective,
@@ -306,7 +306,7 @@ impl<B: Backend> Communicator<B> {
             if let Err(e) = r {
                 return Err(self.fail(e));
             }
-            between()?;
+            between().map_err(|e| self.fail(e))?;
             // Done here; our last sends may wait on a slow peer's flow
             // control. Bounded: they also leave with the next call.
             if complete {

@@ -140,6 +140,12 @@ where
         self.min_lane_bytes = bytes.max(1);
     }
 
+    /// The CPU each lane's thread is pinned to (None: not pinned; lane 0
+    /// is the caller's thread, left where it is).
+    pub fn cpus(&self) -> &[Option<usize>] {
+        &self.cpus
+    }
+
     pub fn rank(&self) -> usize {
         self.lanes[0].rank()
     }
@@ -179,7 +185,7 @@ where
     pub fn lanes_for(&self, op: Op, count: usize) -> usize {
         let splits = matches!(op, Op::AllReduce(_) | Op::Broadcast { .. });
         let lanes = self.lanes.len();
-        if splits && count.saturating_mul(4) >= lanes * self.min_lane_bytes {
+        if splits && count.saturating_mul(4) >= lanes.saturating_mul(self.min_lane_bytes) {
             lanes
         } else {
             1

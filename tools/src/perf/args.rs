@@ -361,7 +361,8 @@ pub struct PerfArgs {
     /// split over this many communicators, each with its own UDP socket
     /// (--transport dpdk: its own port, the k-th of --pci then --vdev, with
     /// the k-th --ip), QUIC connections and thread (pinned to its own CPU
-    /// with --local-ranks, else to the k-th CPU of --lcores when given;
+    /// with --local-ranks, else to the k-th CPU of --lcores, which then
+    /// names one per lane; on DPDK by default the first online CPUs;
     /// MASTER_PORT + k is lane k's rendezvous). Every rank must use the
     /// same value.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]

@@ -10,8 +10,10 @@ use crate::error::{Error, Result};
 
 /// Set in the children so they run as ranks instead of spawning.
 pub const CHILD_VAR: &str = "AINFTP_PERF_LOCAL_CHILD";
-/// The CPU a child rank pins itself to (ranks over kernel UDP; DPDK ranks
-/// are pinned by EAL to their `--lcores`).
+/// The CPU a child rank's lane 0 runs on (kernel-UDP ranks pin
+/// themselves to it; DPDK ranks are pinned there by EAL, from the
+/// `--lcores` the launcher gives them); its other lanes' CPUs follow from
+/// it (`lane_cpus`).
 const CPU_VAR: &str = "AINFTP_PERF_LOCAL_CPU";
 
 /// Whether this process is one of the ranks `spawn_ranks` started.
@@ -37,7 +39,9 @@ pub fn pin_child() {
 /// lanes. Lane k of the rank on the i-th allowed CPU goes to the
 /// (i + k * world)-th (round robin), so ranks and lanes get CPUs of their
 /// own while there are enough. Lane 0 is the rank's own thread (pinned by
-/// `pin_child`). Outside `--local-ranks`: unpinned.
+/// `pin_child`, or on DPDK by EAL). Call it before anything pins this
+/// thread: the allowed CPUs are this thread's. Outside `--local-ranks`:
+/// unpinned.
 pub fn lane_cpus(lanes: usize) -> Vec<Option<usize>> {
     let mine = std::env::var(CPU_VAR)
         .ok()

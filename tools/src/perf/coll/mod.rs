@@ -57,6 +57,8 @@ pub struct Row {
     pub lanes: usize,
     /// UDP payload bytes each lane sent per collective, rank 0.
     pub lane_wire_bytes_per_op: Vec<f64>,
+    /// The CPU each of rank 0's lanes runs on (null: not pinned).
+    pub lane_cpus: Vec<Option<usize>>,
 }
 
 /// Runs the mode: spawns local ranks, or is one rank.
@@ -68,17 +70,58 @@ pub fn run(args: &PerfArgs) -> Result<()> {
         }
     }
     let config = driver_config(args);
+    // Before anything pins this thread: threads started later inherit its
+    // CPU, and the launcher's choice is read from this thread's affinity.
+    let cpus = lane_cpus(args)?;
     match args.transport {
         Transport::Udp => {
-            let cpus = local::lane_cpus(args.lanes as usize);
-            local::pin_child();
+            if local::is_child() {
+                local::pin_child();
+            } else if let Some(id) = cpus[0] {
+                if !core_affinity::set_for_current(core_affinity::CoreId { id }) {
+                    tracing::warn!("could not pin lane 0 to CPU {id}; running unpinned");
+                }
+            }
             run_rank(Lanes::from_env(config, args.lanes as usize, &cpus)?, args)
         }
         Transport::Dpdk => {
-            let (lanes, cpus, _eal) = open_dpdk_lanes(args)?;
+            let (lanes, _eal) = open_dpdk_lanes(args, &cpus)?;
             run_rank(Lanes::from_env_with(lanes, config, &cpus)?, args)
         }
     }
+}
+
+/// The CPU of each lane's thread (lane 0 is the caller's). With
+/// `--local-ranks`, the launcher's choice; else the k-th CPU of
+/// `--lcores`, which names one per lane. Without `--lcores`, kernel-UDP
+/// lanes run unpinned, and DPDK lanes take the first online CPUs: EAL
+/// pins lane 0's thread, and unpinned lanes would inherit its CPU.
+fn lane_cpus(args: &PerfArgs) -> Result<Vec<Option<usize>>> {
+    let lanes = args.lanes as usize;
+    if local::is_child() {
+        return Ok(local::lane_cpus(lanes));
+    }
+    let Some(list) = &args.lcores else {
+        return Ok(match args.transport {
+            Transport::Udp => vec![None; lanes],
+            Transport::Dpdk => {
+                let online = crate::cpulist::online_cpus()?;
+                (0..lanes)
+                    .map(|k| Some(online[k % online.len()] as usize))
+                    .collect()
+            }
+        });
+    };
+    let cpus =
+        crate::cpulist::parse(list).map_err(|e| Error::Usage(format!("--lcores {list:?}: {e}")))?;
+    if cpus.len() != lanes {
+        return Err(Error::Usage(format!(
+            "--lcores {list:?} names {} CPU(s) for {lanes} lane(s): give one per lane (lane k runs on the k-th)",
+            cpus.len()
+        )));
+    }
+    crate::cpulist::check_online(&cpus)?;
+    Ok(cpus.into_iter().map(|c| Some(c as usize)).collect())
 }
 
 fn spawn_local(args: &PerfArgs, n: usize) -> Result<()> {
@@ -106,25 +149,25 @@ const DPDK_RANK_PORT: u16 = 29_600;
 
 /// This rank's lanes on our stack: lane k on the k-th port of `--pci`
 /// then `--vdev`, with the k-th `--ip`, driven from the communicator's
-/// calls; and the CPU each lane's thread runs on. EAL runs on the first
-/// lcore only (lane 0, the caller's thread); lane k is pinned by the
-/// lanes to the k-th CPU of `--lcores`, or, with `--local-ranks`, to the
-/// launcher's choice. (The EAL and the arena of `--mbuf-arena` are kept
-/// while the stacks run.)
+/// calls. EAL runs on lane 0's CPU only (the caller's thread); the lanes
+/// pin the others to `cpus`. (The EAL and the arena of `--mbuf-arena` are
+/// kept while the stacks run.)
 #[allow(clippy::type_complexity)]
 fn open_dpdk_lanes(
     args: &PerfArgs,
+    cpus: &[Option<usize>],
 ) -> Result<(
     Vec<(stack::runtime::InlineStack, SocketAddrV4)>,
-    Vec<Option<usize>>,
     (dpdk_ffi::Eal, Vec<crate::arena_pool::ArenaPool>),
 )> {
     let lanes = args.lanes as usize;
     let ports = quic::dpdk_ports(args, lanes)?;
-    let lcores = quic::dpdk_lcores(args)?;
-    // EAL checks only the first; the lanes' CPUs must exist too.
-    crate::cpulist::check_online(&lcores)?;
-    let eal = quic::dpdk_eal(args, &lcores[..1])?;
+    // A local rank's lcore comes from the launcher's `--lcores`.
+    let main = match (local::is_child(), cpus[0]) {
+        (false, Some(cpu)) => cpu as u32,
+        _ => quic::dpdk_lcores(args)?[0],
+    };
+    let eal = quic::dpdk_eal(args, &[main])?;
     let udp_port =
         collectives::driver::rendezvous::bind_from_env()?.map_or(DPDK_RANK_PORT, |a| a.port());
     let mut stacks = Vec::with_capacity(lanes);
@@ -137,14 +180,7 @@ fn open_dpdk_lanes(
             .map_err(|e| Error::Usage(e.to_string()))?;
         stacks.push((stack, SocketAddrV4::new(port.ip, udp_port)));
     }
-    let cpus = if local::is_child() {
-        local::lane_cpus(lanes)
-    } else {
-        (0..lanes)
-            .map(|k| lcores.get(k).map(|&c| c as usize))
-            .collect()
-    };
-    Ok((stacks, cpus, (eal, arenas)))
+    Ok((stacks, (eal, arenas)))
 }
 
 fn run_rank<B: LaneBackend>(mut comm: Lanes<B>, args: &PerfArgs) -> Result<()>
@@ -180,17 +216,19 @@ where
 }
 
 fn validate(args: &PerfArgs) -> Result<()> {
-    if args.transport == Transport::Dpdk && args.local_ranks.is_some() && !local::is_child() {
+    if args.local_ranks.is_some() && !local::is_child() {
+        let dpdk = args.transport == Transport::Dpdk;
         let given = [
-            (!args.vdev.is_empty(), "--vdev"),
-            (!args.pci.is_empty(), "--pci"),
-            (!args.ip.is_empty(), "--ip"),
+            (dpdk && !args.vdev.is_empty(), "--vdev"),
+            (dpdk && !args.pci.is_empty(), "--pci"),
+            (dpdk && !args.ip.is_empty(), "--ip"),
             (args.lcores.is_some(), "--lcores"),
         ];
         if let Some((_, flag)) = given.iter().find(|(set, _)| *set) {
-            return Err(Error::Usage(format!(
-                "{flag} is chosen per rank with --local-ranks --transport dpdk (each rank gets af_xdp on its own veth)"
-            )));
+            return Err(Error::Usage(match dpdk {
+                true => format!("{flag} is chosen per rank with --local-ranks --transport dpdk (each rank gets af_xdp on its own veth)"),
+                false => format!("{flag} is chosen per rank with --local-ranks (each rank and lane gets a CPU of its own)"),
+            }));
         }
     }
     if args.lanes > 1 && args.mbuf_arena {
@@ -355,6 +393,7 @@ where
             .zip(&lanes_after)
             .map(|(b, a)| (a - b) as f64 / args.iters as f64)
             .collect(),
+        lane_cpus: comm.cpus().to_vec(),
         time_us: secs * 1e6,
         algbw,
         busbw: algbw * bus_factor(args.mode, world),
