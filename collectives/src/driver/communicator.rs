@@ -141,21 +141,26 @@ impl Communicator<KernelUdp> {
 
     /// `from_env` with the job's environment given and the socket bound
     /// to `bind`.
-    pub fn from_env_bound(
+    pub fn from_env_bound(env: &RankEnv, bind: SocketAddrV4, config: DriverConfig) -> Result<Self> {
+        let (io, config) = Communicator::bind_for(env, bind, config)?;
+        let advertise = io.local_addr();
+        Communicator::from_env_with_at(env, io, advertise, config)
+    }
+
+    /// The socket `from_env_bound` binds, and `config` with datagrams
+    /// sized by the route MTU to the master when it asks for that.
+    pub(crate) fn bind_for(
         env: &RankEnv,
         bind: SocketAddrV4,
         mut config: DriverConfig,
-    ) -> Result<Self> {
+    ) -> Result<(KernelUdp, DriverConfig)> {
         if let Some(cap) = config.follow_route_mtu {
             let master = env.master()?;
             config.udp.max_payload = stack::io::kernel::route_payload(master, cap)
                 .map_err(|e| Error::Transport(format!("route MTU to {master}: {e}")))?;
             tracing::debug!(%master, payload = config.udp.max_payload, "datagrams sized by the route MTU");
         }
-        let io = bind_udp(bind, &config)?;
-        let advertise = io.local_addr();
-        let peers = rendezvous::exchange(env, advertise, config.connect_timeout)?;
-        Communicator::with_backend(env.rank, env.world, io, peers, config)
+        Ok((bind_udp(bind, &config)?, config))
     }
 }
 

@@ -53,19 +53,21 @@ where
 impl Lanes<KernelUdp> {
     /// The torchrun way with `lanes` lanes: lane k binds its own UDP
     /// socket (`AINFTP_BIND`'s address with port + k when set, else an
-    /// ephemeral port) and swaps addresses through its own rendezvous on
-    /// `MASTER_PORT + k`, then connects; lanes connect one after another,
-    /// in the same order on every rank. Lane k (k >= 1) is pinned to
-    /// `cpus[k]` when given.
-    pub fn from_env(config: DriverConfig, lanes: usize, cpus: &[Option<usize>]) -> Result<Self> {
+    /// ephemeral port), then the lanes connect as in
+    /// [`Lanes::from_env_with`]. Lane k (k >= 1) is pinned to `cpus[k]`
+    /// when given.
+    pub fn from_env(
+        mut config: DriverConfig,
+        lanes: usize,
+        cpus: &[Option<usize>],
+    ) -> Result<Self> {
         if lanes == 0 {
             return Err(Error::Config("lanes must be at least 1"));
         }
         let env = RankEnv::from_env()?;
         let bind = rendezvous::bind_from_env()?;
-        let mut comms = Vec::with_capacity(lanes);
+        let mut ios = Vec::with_capacity(lanes);
         for k in 0..lanes {
-            let lane_env = env.lane(k)?;
             let addr = match bind {
                 Some(b) if b.port() != 0 => {
                     let port = b.port().checked_add(k as u16).ok_or(Error::Env {
@@ -77,14 +79,55 @@ impl Lanes<KernelUdp> {
                 Some(b) => b,
                 None => rendezvous::wildcard(0),
             };
-            comms.push(Communicator::from_env_bound(
-                &lane_env,
-                addr,
-                config.clone(),
-            )?);
+            let (io, sized) = Communicator::<KernelUdp>::bind_for(&env, addr, config)?;
+            config = sized;
+            let advertise = io.local_addr();
+            ios.push((io, advertise));
         }
+        let comms = connect_lanes(&env, ios, &config)?;
         Ok(Lanes::new(comms, cpus.to_vec(), DEFAULT_MIN_LANE_BYTES))
     }
+}
+
+/// Swaps every lane's address through its own rendezvous on
+/// `MASTER_PORT + k` (TCP, lane by lane, in the same order on every
+/// rank), then connects all lanes at once, each on its own thread: a lane
+/// waiting for a peer's lost handshake packet never stops another lane
+/// from answering the handshake that peer is waiting in.
+fn connect_lanes<B: Backend + Send>(
+    env: &RankEnv,
+    ios: Vec<(B, SocketAddrV4)>,
+    config: &DriverConfig,
+) -> Result<Vec<Communicator<B>>>
+where
+    B::Buf: Send,
+{
+    let mut meshes = Vec::with_capacity(ios.len());
+    for (k, (io, advertise)) in ios.into_iter().enumerate() {
+        let peers = rendezvous::exchange(&env.lane(k)?, advertise, config.connect_timeout)?;
+        meshes.push((io, peers));
+    }
+    let connect =
+        |(io, peers)| Communicator::with_backend(env.rank, env.world, io, peers, config.clone());
+    if meshes.len() == 1 {
+        return Ok(vec![connect(meshes.pop().expect("one lane"))?]);
+    }
+    std::thread::scope(|s| {
+        let handles: Vec<_> = meshes
+            .into_iter()
+            .map(|mesh| s.spawn(move || connect(mesh)))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join().unwrap_or_else(|_| {
+                    Err(Error::Transport(
+                        "a lane's thread panicked while connecting".into(),
+                    ))
+                })
+            })
+            .collect()
+    })
 }
 
 impl<B: Backend + Send> Lanes<B>
@@ -93,10 +136,20 @@ where
 {
     /// The torchrun way over backends already open, one per lane (e.g. a
     /// DPDK port each): lane k swaps `ios[k]`'s advertised address through
-    /// its own rendezvous on `MASTER_PORT + k`, then connects; lanes
-    /// connect one after another, in the same order on every rank. Lane k
-    /// (k >= 1) is pinned to `cpus[k]` when given.
+    /// its own rendezvous on `MASTER_PORT + k` (lane by lane, in the same
+    /// order on every rank), then all lanes connect at once, each on its
+    /// own thread. Lane k (k >= 1) is pinned to `cpus[k]` when given.
     pub fn from_env_with(
+        ios: Vec<(B, SocketAddrV4)>,
+        config: DriverConfig,
+        cpus: &[Option<usize>],
+    ) -> Result<Self> {
+        Lanes::connect(&RankEnv::from_env()?, ios, config, cpus)
+    }
+
+    /// `from_env_with` with the job's environment given.
+    pub fn connect(
+        env: &RankEnv,
         ios: Vec<(B, SocketAddrV4)>,
         config: DriverConfig,
         cpus: &[Option<usize>],
@@ -104,16 +157,7 @@ where
         if ios.is_empty() {
             return Err(Error::Config("lanes must be at least 1"));
         }
-        let env = RankEnv::from_env()?;
-        let mut comms = Vec::with_capacity(ios.len());
-        for (k, (io, advertise)) in ios.into_iter().enumerate() {
-            comms.push(Communicator::from_env_with_at(
-                &env.lane(k)?,
-                io,
-                advertise,
-                config.clone(),
-            )?);
-        }
+        let comms = connect_lanes(env, ios, &config)?;
         Ok(Lanes::new(comms, cpus.to_vec(), DEFAULT_MIN_LANE_BYTES))
     }
 
