@@ -165,7 +165,9 @@ pub struct PerfArgs {
     #[arg(long = "vdev", value_name = "SPEC")]
     pub vdev: Vec<String>,
 
-    /// Lcores in DPDK syntax (2-7, 0,2,4). Default: the first two online CPUs.
+    /// Lcores in DPDK syntax (2-7, 0,2,4). Default: the first two online
+    /// CPUs (quic-*: the first one; collectives: one CPU per lane, in
+    /// order, see --lanes).
     #[arg(long, value_name = "LIST")]
     pub lcores: Option<String>,
 
