@@ -253,13 +253,7 @@ fn lanes_run_on_the_cpus_given() {
         "0",
         "--json",
     ]);
-    let allowed: Vec<usize> = core_affinity::get_core_ids()
-        .unwrap()
-        .iter()
-        .map(|c| c.id)
-        .collect();
-    let want = [allowed[0], allowed[1 % allowed.len()]];
-    assert_eq!(rows[0]["lane_cpus"], serde_json::json!(want), "{rows:?}");
+    common::assert_two_lanes_on_their_own_cpus(&rows[0]);
 }
 
 #[test]

@@ -145,14 +145,7 @@ fn dpdk_lanes_get_cpus_of_their_own() {
         "--json",
     ]);
     let rows = json_rows(&out);
-    let allowed: Vec<usize> = core_affinity::get_core_ids()
-        .unwrap()
-        .iter()
-        .map(|c| c.id)
-        .collect();
-    let want = [allowed[0], allowed[1 % allowed.len()]];
-    assert_eq!(rows[0]["lanes"], 2, "{rows:?}");
-    assert_eq!(rows[0]["lane_cpus"], serde_json::json!(want), "{rows:?}");
+    common::assert_two_lanes_on_their_own_cpus(&rows[0]);
 }
 
 #[test]

@@ -64,3 +64,17 @@ pub fn assert_dead_rank_named(out: &Output, took: std::time::Duration, limit: st
         "the survivors name the dead rank: {stderr}"
     );
 }
+
+/// A one-rank row with two lanes: lane k runs on the k-th CPU this
+/// process may use (so each lane has a CPU of its own where there are
+/// two).
+pub fn assert_two_lanes_on_their_own_cpus(row: &Value) {
+    let allowed: Vec<usize> = core_affinity::get_core_ids()
+        .unwrap()
+        .iter()
+        .map(|c| c.id)
+        .collect();
+    let want = [allowed[0], allowed[1 % allowed.len()]];
+    assert_eq!(row["lanes"], 2, "{row}");
+    assert_eq!(row["lane_cpus"], serde_json::json!(want), "{row}");
+}
