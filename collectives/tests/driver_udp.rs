@@ -153,3 +153,37 @@ fn dead_peer_fails_with_a_clear_error() {
         assert!(matches!(again, Error::Failed(_)), "{again}");
     }
 }
+
+#[test]
+fn shutdown_with_a_collective_not_waited_for_leaves_at_once_and_says_so() {
+    // Rank 0 starts an all-reduce and shuts down without waiting for it;
+    // the peer runs the same all-reduce. Rank 0 must not linger for the
+    // timeout with its collective half done, and must say what it left.
+    let cfg = DriverConfig {
+        timeout: Duration::from_secs(4),
+        ..DriverConfig::default()
+    };
+    let out = on_ranks(2, cfg, |mut c| {
+        let t = Instant::now();
+        let r = if c.rank() == 0 {
+            let _h = c
+                .start(Collective::all_reduce(ReduceOp::Sum), vec![1.0; 1 << 20])
+                .unwrap();
+            c.shutdown()
+        } else {
+            let mut buf = vec![1.0f32; 1 << 20];
+            c.all_reduce(&mut buf, ReduceOp::Sum)
+        };
+        (r, t.elapsed())
+    });
+    let (r0, t0) = &out[0];
+    let err = r0
+        .as_ref()
+        .expect_err("an abandoned collective is an error");
+    assert!(err.to_string().contains("not waited for"), "{err}");
+    assert!(*t0 < Duration::from_secs(2), "rank 0 lingered {t0:?}");
+    // The peer cannot finish it either: it fails too, within its timeout.
+    let (r1, t1) = &out[1];
+    assert!(r1.is_err(), "{r1:?}");
+    assert!(*t1 < Duration::from_secs(12), "rank 1 took {t1:?}");
+}

@@ -314,3 +314,104 @@ fn a_handshake_packet_lost_on_one_lane_does_not_hold_up_the_others() {
         start.elapsed()
     );
 }
+
+/// Kernel UDP that panics once, at its `at`-th send (a bug in a lane, on
+/// purpose).
+struct PanicAt {
+    inner: stack::io::kernel::KernelUdp,
+    sent: usize,
+    at: Option<usize>,
+}
+
+impl stack::io::PacketIo for PanicAt {
+    type Buf = <stack::io::kernel::KernelUdp as stack::io::PacketIo>::Buf;
+
+    fn recv_burst(&mut self, out: &mut Vec<Self::Buf>, max: usize) -> usize {
+        self.inner.recv_burst(out, max)
+    }
+
+    fn alloc(&mut self) -> Option<Self::Buf> {
+        self.inner.alloc()
+    }
+
+    fn release(&mut self, buf: Self::Buf) {
+        self.inner.release(buf)
+    }
+
+    fn send_burst(&mut self, bufs: &mut Vec<Self::Buf>) -> usize {
+        self.sent += bufs.len();
+        if self.at.is_some_and(|at| self.sent > at) {
+            self.at = None;
+            panic!("lane panics on purpose");
+        }
+        self.inner.send_burst(bufs)
+    }
+
+    fn poll(&mut self, now: Instant) {
+        self.inner.poll(now)
+    }
+
+    fn local_ip(&self) -> std::net::Ipv4Addr {
+        self.inner.local_ip()
+    }
+
+    fn max_payload(&self) -> usize {
+        self.inner.max_payload()
+    }
+}
+
+impl collectives::driver::Backend for PanicAt {
+    fn wait(&mut self, writable: bool, timeout: Duration) -> collectives::Result<()> {
+        self.inner.wait(writable, timeout)
+    }
+
+    fn local_port(&self) -> u16 {
+        self.inner.local_addr().port()
+    }
+}
+
+#[test]
+fn a_lane_that_panics_fails_the_call_instead_of_hanging_it() {
+    // Rank 0's lane 1 panics in the middle of a split all-reduce. Its
+    // other lanes finish their parts and wait for the rest of the rank's
+    // lanes: the panicking one must count as done, or they wait for ever.
+    let world = 2;
+    let cfg = DriverConfig {
+        timeout: Duration::from_secs(2),
+        ..DriverConfig::default()
+    };
+    let addrs: Vec<Vec<SocketAddrV4>> = (0..2).map(|_| common::loopback_addrs(world)).collect();
+    let (tx, rx) = std::sync::mpsc::channel();
+    for r in 0..world {
+        let (addrs, cfg, tx) = (addrs.clone(), cfg.clone(), tx.clone());
+        std::thread::spawn(move || {
+            let comms = addrs
+                .into_iter()
+                .enumerate()
+                .map(|(k, peers)| {
+                    let inner =
+                        stack::io::kernel::KernelUdp::bind(peers[r], cfg.udp.clone()).unwrap();
+                    let at = (r == 0 && k == 1).then_some(200);
+                    let io = PanicAt { inner, sent: 0, at };
+                    Communicator::with_backend(r, world, io, peers, cfg.clone()).unwrap()
+                })
+                .collect();
+            let mut l = Lanes::new(comms, vec![None, None], MIN_LANE_BYTES);
+            let mut buf = vec![1.0f32; 1 << 20];
+            let t = Instant::now();
+            let result = l.all_reduce(&mut buf, ReduceOp::Sum);
+            tx.send((r, result.map_err(|e| e.to_string()), t.elapsed()))
+                .unwrap();
+        });
+    }
+    for _ in 0..world {
+        let (r, result, took) = rx
+            .recv_timeout(Duration::from_secs(30))
+            .expect("a rank hung in a split all-reduce");
+        assert!(result.is_err(), "rank {r}: {result:?}");
+        if r == 0 {
+            assert!(result.unwrap_err().contains("panicked"), "rank 0");
+        }
+        assert!(took < Duration::from_secs(15), "rank {r} took {took:?}");
+    }
+}

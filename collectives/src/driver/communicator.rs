@@ -299,7 +299,13 @@ impl<B: Backend> Communicator<B> {
         while let Some(id) = self.queue.back().map(|q| q.id) {
             self.drive_until(|c| c.done.contains_key(&id))?;
         }
-        let first = self.engine.start(collective, buf)?;
+        let first = match self.engine.start(collective, buf) {
+            Ok(p) => p,
+            // Refused outright (a bad buffer, say): still usable.
+            Err(e) if !self.engine.is_active() => return Err(e),
+            // Failed half-way in: out of step with the peers.
+            Err(e) => return Err(self.fail(e)),
+        };
         self.mesh.reset_liveness();
         self.clock = Clock::new(self.cfg.timeout);
         let mut complete = first == Progress::Complete;
@@ -384,6 +390,14 @@ impl<B: Backend> Communicator<B> {
     /// Dropping does the same but cannot report.
     pub fn shutdown(mut self) -> Result<()> {
         self.usable()?;
+        if self.engine.is_active() || !self.queue.is_empty() {
+            // Peers cannot finish what we abandon: leave at once (Drop
+            // closes without lingering) and say so.
+            return Err(self.fail(Error::Transport(format!(
+                "shut down with {} collective(s) not waited for",
+                self.queue.len().max(1)
+            ))));
+        }
         let unfinished = self.mesh.close(&mut self.engine, self.cfg.timeout);
         self.failed = Some(Error::Transport("shut down".into()));
         match unfinished.first() {
@@ -437,6 +451,10 @@ impl<B: Backend> Communicator<B> {
                     self.clock = Clock::new(self.cfg.timeout);
                 }
                 Err(e) => {
+                    let e = match self.engine.is_active() {
+                        true => self.fail(e),
+                        false => e,
+                    };
                     self.retire(Err(e));
                     return Ok(());
                 }

@@ -309,23 +309,31 @@ where
         let running = AtomicUsize::new(n);
         let running = &running;
         std::thread::scope(|s| {
-            let handles: Vec<_> = others
-                .iter_mut()
-                .zip(other_parts.iter_mut())
-                .enumerate()
-                .map(|(i, (comm, part))| {
-                    let cpu = cpus.get(i + 1).copied().flatten();
-                    s.spawn(move || {
-                        if let Some(id) = cpu {
-                            core_affinity::set_for_current(core_affinity::CoreId { id });
-                        }
-                        run_part(comm, collective, part, running)
-                    })
-                })
-                .collect();
+            let mut handles = Vec::with_capacity(n - 1);
+            let mut not_started = None;
+            for (i, (comm, part)) in others.iter_mut().zip(other_parts.iter_mut()).enumerate() {
+                let cpu = cpus.get(i + 1).copied().flatten();
+                let lane = std::thread::Builder::new().spawn_scoped(s, move || {
+                    if let Some(id) = cpu {
+                        core_affinity::set_for_current(core_affinity::CoreId { id });
+                    }
+                    run_part(comm, collective, part, running)
+                });
+                match lane {
+                    Ok(h) => handles.push(h),
+                    Err(e) => {
+                        // It will never count itself done.
+                        running.fetch_sub(1, Ordering::AcqRel);
+                        not_started.get_or_insert(Error::Transport(format!(
+                            "starting lane {}'s thread: {e}",
+                            i + 1
+                        )));
+                    }
+                }
+            }
             // Lane 0 works on the caller's thread meanwhile.
             let result = run_part(first_lane, collective, first_part, running);
-            join_lanes(result, handles)
+            join_lanes(not_started.map_or(result, Err), handles)
         })
     }
 
@@ -365,14 +373,27 @@ fn run_part<B: Backend>(
     part: &mut [f32],
     running: &AtomicUsize,
 ) -> Result<()> {
-    let result = comm.run(collective, part);
-    running.fetch_sub(1, Ordering::AcqRel);
+    let result = {
+        // Counted done also when `run` panics: the other lanes would
+        // otherwise wait for this one for ever.
+        let _done = CountDown(running);
+        comm.run(collective, part)
+    };
     if result.is_ok() {
         while running.load(Ordering::Acquire) > 0 {
             comm.progress(FINISHED_LANE_WAIT)?;
         }
     }
     result
+}
+
+/// Takes one off the count of running lanes when dropped.
+struct CountDown<'a>(&'a AtomicUsize);
+
+impl Drop for CountDown<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 /// Shuts the lanes down all at once: each waits for its peers' lanes to
