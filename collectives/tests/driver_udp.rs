@@ -187,3 +187,34 @@ fn shutdown_with_a_collective_not_waited_for_leaves_at_once_and_says_so() {
     assert!(r1.is_err(), "{r1:?}");
     assert!(*t1 < Duration::from_secs(12), "rank 1 took {t1:?}");
 }
+
+#[test]
+fn ranks_that_issue_different_collectives_fail_and_stay_failed() {
+    // Rank 1 broadcasts while rank 0, a little later, all-reduces the
+    // same collective number: rank 0 finds rank 1's early messages do not
+    // fit when it starts. It is out of step with its peer from then on,
+    // so later calls must say it failed (not that it is busy).
+    let cfg = DriverConfig {
+        timeout: Duration::from_secs(2),
+        ..DriverConfig::default()
+    };
+    let out = on_ranks(2, cfg, |mut c| {
+        let mut buf = vec![1.0f32; 64];
+        if c.rank() == 0 {
+            std::thread::sleep(Duration::from_millis(300));
+            let first = c
+                .all_reduce(&mut buf, ReduceOp::Sum)
+                .map_err(|e| e.to_string());
+            let next = c.barrier().map_err(|e| e.to_string());
+            Some((first, next))
+        } else {
+            let _ = c.broadcast(&mut buf, 1);
+            None
+        }
+    });
+    let (first, next) = out[0].clone().unwrap();
+    let first = first.expect_err("different collectives cannot both complete");
+    assert!(first.contains("different collectives"), "{first}");
+    let next = next.expect_err("a rank out of step refuses more work");
+    assert!(next.contains("failed"), "{next}");
+}
