@@ -218,3 +218,42 @@ fn ranks_that_issue_different_collectives_fail_and_stay_failed() {
     let next = next.expect_err("a rank out of step refuses more work");
     assert!(next.contains("failed"), "{next}");
 }
+
+#[test]
+fn a_peer_that_leaves_mid_collective_is_named_as_closed() {
+    // Rank 1 drops its communicator in the middle of a large all-reduce:
+    // it closes its connections with frames still queued (no FIN). Rank 0
+    // must report that rank 1 closed, not a transport error about a
+    // connection it can no longer find, nor a timeout.
+    let cfg = DriverConfig {
+        timeout: Duration::from_secs(10),
+        ..DriverConfig::default()
+    };
+    let out = on_ranks(2, cfg, |mut c| {
+        let t = Instant::now();
+        if c.rank() == 1 {
+            let h = c
+                .start(Collective::all_reduce(ReduceOp::Sum), vec![1.0; 4 << 20])
+                .unwrap();
+            while c.counters().wire.bytes_sent < 1 << 20 {
+                let _ = c.test(&h);
+            }
+            drop(c);
+            None
+        } else {
+            let mut buf = vec![1.0f32; 4 << 20];
+            Some((
+                c.all_reduce(&mut buf, ReduceOp::Sum)
+                    .map_err(|e| e.to_string()),
+                t.elapsed(),
+            ))
+        }
+    });
+    let (r0, took) = out[0].clone().unwrap();
+    let err = r0.expect_err("the peer left");
+    assert!(
+        err.contains("connection to rank 1 (") && err.contains(") closed"),
+        "{err}"
+    );
+    assert!(took < Duration::from_secs(5), "took {took:?}");
+}

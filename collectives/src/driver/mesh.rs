@@ -12,7 +12,7 @@ use std::net::SocketAddrV4;
 use std::time::{Duration, Instant};
 
 use stack::io::PacketIo;
-use stack::quic::{CloseReason, ConnHandle, Endpoint, Event, QuicConfig};
+use stack::quic::{CloseReason, ConnHandle, Endpoint, Event, QuicConfig, QuicError};
 use tracing::{debug, warn};
 
 use super::backend::{Backend, Counting, WireCounters};
@@ -362,16 +362,19 @@ impl<B: Backend> Mesh<B> {
     ) -> Result<usize> {
         let mut frames = 0;
         for i in 0..self.links.len() {
-            if !self.links[i].established {
+            if !self.links[i].established || self.links[i].closed {
                 continue;
             }
             if self.links[i].stream.is_none() {
                 let conn = self.links[i].conn;
-                let first = self
-                    .ep
-                    .readable(conn)
-                    .map_err(|e| Error::Transport(e.to_string()))?
-                    .next();
+                let first = match self.ep.readable(conn) {
+                    Ok(mut streams) => streams.next(),
+                    Err(QuicError::NoConnection) => {
+                        self.links[i].closed = true;
+                        continue;
+                    }
+                    Err(e) => return Err(Error::Transport(e.to_string())),
+                };
                 match first {
                     Some(s) => {
                         self.links[i].stream = Some(s);
@@ -401,10 +404,16 @@ impl<B: Backend> Mesh<B> {
         while read < READ_BUDGET {
             let link = &mut self.links[i];
             let want = link.input.wanted();
-            let got = self
-                .ep
-                .stream_recv(conn, stream, link.input.spare(want))
-                .map_err(|e| Error::Transport(format!("stream from {}: {e}", link.addr)))?;
+            let got = match self.ep.stream_recv(conn, stream, link.input.spare(want)) {
+                Ok(got) => got,
+                // QUIC removed it this round: `events` says why (the
+                // peer's close, with its rank) after the reads.
+                Err(QuicError::NoConnection) => {
+                    link.closed = true;
+                    break;
+                }
+                Err(e) => return Err(Error::Transport(format!("stream from {}: {e}", link.addr))),
+            };
             let Some((n, fin)) = got else {
                 break;
             };
@@ -487,14 +496,21 @@ impl<B: Backend> Mesh<B> {
         } = self;
         for link in links.iter_mut() {
             let Some(stream) = link.stream else { continue };
-            if !link.established || link.out.is_empty() {
+            if !link.established || link.closed || link.out.is_empty() {
                 continue;
             }
             let conn = link.conn;
-            let took = link
+            let took = match link
                 .out
                 .flush(|piece| ep.stream_send_shared(conn, stream, piece, false))
-                .map_err(|e| Error::Transport(format!("stream to {}: {e}", link.addr)))?;
+            {
+                Ok(took) => took,
+                Err(QuicError::NoConnection) => {
+                    link.closed = true;
+                    continue;
+                }
+                Err(e) => return Err(Error::Transport(format!("stream to {}: {e}", link.addr))),
+            };
             *pending -= took;
             total += took;
             link.open |= took > 0;
@@ -582,7 +598,7 @@ impl<B: Backend> Mesh<B> {
     fn send_fins(&mut self) {
         for l in &mut self.links {
             let Some(stream) = l.stream else { continue };
-            if l.established && l.open && !l.fin_sent && l.out.is_empty() {
+            if l.established && !l.closed && l.open && !l.fin_sent && l.out.is_empty() {
                 l.fin_sent = self.ep.stream_send(l.conn, stream, &[], true).is_ok();
             }
         }
