@@ -4,6 +4,11 @@ use std::collections::BTreeSet;
 
 use crate::error::{Error, Result};
 
+/// `parse` for the `--lcores` flag: errors name the flag.
+pub fn parse_lcores_flag(list: &str) -> Result<Vec<u32>> {
+    parse(list).map_err(|e| Error::Usage(format!("--lcores {list:?}: {e}")))
+}
+
 pub fn parse(list: &str) -> Result<Vec<u32>> {
     let bad = |why: &str| {
         Error::Usage(format!(

@@ -237,23 +237,7 @@ fn lanes_run_on_the_cpus_given() {
     let lone = common::json_rows(&out);
     assert_eq!(lone[0]["lanes"], 2, "{lone:?}");
     assert_eq!(lone[0]["lane_cpus"], serde_json::json!([0, 1]), "{lone:?}");
-    let rows = rows(&[
-        "allreduce",
-        "--local-ranks",
-        "1",
-        "--lanes",
-        "2",
-        "-b",
-        "4M",
-        "-e",
-        "4M",
-        "-n",
-        "2",
-        "-w",
-        "0",
-        "--json",
-    ]);
-    common::assert_two_lanes_on_their_own_cpus(&rows[0]);
+    common::assert_two_lanes_on_their_own_cpus("udp");
 }
 
 #[test]

@@ -126,26 +126,7 @@ fn dpdk_lanes_split_large_buckets_over_their_own_ports() {
 fn dpdk_lanes_get_cpus_of_their_own() {
     // EAL pins lane 0's thread; the other lanes must still get CPUs of
     // their own (one rank: lane k on the k-th allowed CPU).
-    let (out, _) = perf(&[
-        "allreduce",
-        "--local-ranks",
-        "1",
-        "--transport",
-        "dpdk",
-        "--lanes",
-        "2",
-        "-b",
-        "4M",
-        "-e",
-        "4M",
-        "-n",
-        "2",
-        "-w",
-        "0",
-        "--json",
-    ]);
-    let rows = json_rows(&out);
-    common::assert_two_lanes_on_their_own_cpus(&rows[0]);
+    common::assert_two_lanes_on_their_own_cpus("dpdk");
 }
 
 #[test]

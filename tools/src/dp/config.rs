@@ -72,9 +72,7 @@ pub fn plan(args: &DpArgs) -> Result<Plan> {
         None => FileConfig::default(),
     };
     let lcores = match args.lcores.as_ref().or(file.lcores.as_ref()) {
-        Some(list) => {
-            cpulist::parse(list).map_err(|e| Error::Usage(format!("--lcores {list:?}: {e}")))?
-        }
+        Some(list) => cpulist::parse_lcores_flag(list)?,
         None => crate::eal_setup::default_lcores()?,
     };
     let pci = args.pci.clone().or(file.pci.clone());

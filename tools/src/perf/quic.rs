@@ -128,9 +128,7 @@ pub(crate) fn dpdk_ports(args: &PerfArgs, want: usize) -> Result<Vec<PortSpec>> 
 /// core unless told otherwise.
 pub(crate) fn dpdk_lcores(args: &PerfArgs) -> Result<Vec<u32>> {
     match &args.lcores {
-        Some(list) => {
-            crate::cpulist::parse(list).map_err(|e| Error::Usage(format!("--lcores {list:?}: {e}")))
-        }
+        Some(list) => crate::cpulist::parse_lcores_flag(list),
         None => Ok(vec![eal_setup::default_lcores()?[0]]),
     }
 }

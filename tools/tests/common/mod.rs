@@ -65,10 +65,29 @@ pub fn assert_dead_rank_named(out: &Output, took: std::time::Duration, limit: st
     );
 }
 
-/// A one-rank row with two lanes: lane k runs on the k-th CPU this
-/// process may use (so each lane has a CPU of its own where there are
-/// two).
-pub fn assert_two_lanes_on_their_own_cpus(row: &Value) {
+/// One local rank with two lanes on `transport`: lane k runs on the k-th
+/// CPU this process may use (so each lane has a CPU of its own where
+/// there are two).
+pub fn assert_two_lanes_on_their_own_cpus(transport: &str) {
+    let (out, _) = perf_output(&[
+        "allreduce",
+        "--local-ranks",
+        "1",
+        "--transport",
+        transport,
+        "--lanes",
+        "2",
+        "-b",
+        "4M",
+        "-e",
+        "4M",
+        "-n",
+        "2",
+        "-w",
+        "0",
+        "--json",
+    ]);
+    let row = &json_rows(&out)[0];
     let allowed: Vec<usize> = core_affinity::get_core_ids()
         .unwrap()
         .iter()

@@ -112,8 +112,7 @@ fn lane_cpus(args: &PerfArgs) -> Result<Vec<Option<usize>>> {
             }
         });
     };
-    let cpus =
-        crate::cpulist::parse(list).map_err(|e| Error::Usage(format!("--lcores {list:?}: {e}")))?;
+    let cpus = crate::cpulist::parse_lcores_flag(list)?;
     if cpus.len() != lanes {
         return Err(Error::Usage(format!(
             "--lcores {list:?} names {} CPU(s) for {lanes} lane(s): give one per lane (lane k runs on the k-th)",
