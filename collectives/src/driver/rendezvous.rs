@@ -8,16 +8,25 @@
 //! 0 -> rank:  ok WORLD            then WORLD lines IP:PORT (rank order)
 //!         or  err MESSAGE
 //! ```
+//!
+//! Rank 0 serves all clients at once and gives each `CHECK_IN_LIMIT` to
+//! send its line; a client that is not an ainftp rank is dropped with a
+//! warning. A rank that disagrees on the job (WORLD_SIZE, rank range,
+//! protocol version) fails the rendezvous for everyone, with the reason.
+//! Every wait, on both sides, ends by the caller's one deadline.
 
-use std::io::{BufReader, Write};
+use std::io::{BufReader, Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpListener, TcpStream, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
-use tracing::debug;
+use tracing::warn;
 
 use crate::error::{Error, Result};
 
 const PROTO: &str = "ainftp-rdv/1";
+/// What every version of the protocol starts with: a line without it is
+/// not from an ainftp rank.
+const PROTO_FAMILY: &str = "ainftp-rdv/";
 /// Longest line accepted (a table line is at most ~22 bytes).
 const MAX_LINE: u64 = 256;
 
@@ -146,6 +155,59 @@ pub fn exchange(env: &RankEnv, mine: SocketAddrV4, timeout: Duration) -> Result<
     }
 }
 
+/// How long a client that connected to rank 0 may take to send its
+/// check-in line. One that says nothing (a port scanner, a health check)
+/// is dropped after this, and never holds up the ranks behind it.
+const CHECK_IN_LIMIT: Duration = Duration::from_secs(5);
+
+/// A client of rank 0 that has not sent its whole check-in line yet.
+struct Pending {
+    stream: TcpStream,
+    line: Vec<u8>,
+    since: Instant,
+}
+
+/// What one read of a pending client gave.
+enum Reading {
+    Line(String),
+    Waiting,
+    Gone(&'static str),
+}
+
+impl Pending {
+    /// Reads what the client has sent so far (its socket is non-blocking).
+    fn read(&mut self) -> Reading {
+        let mut chunk = [0u8; 256];
+        loop {
+            let n = match self.stream.read(&mut chunk) {
+                Ok(0) => return Reading::Gone("closed before checking in"),
+                Ok(n) => n,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    if self.since.elapsed() > CHECK_IN_LIMIT {
+                        return Reading::Gone("sent no check-in in time");
+                    }
+                    return Reading::Waiting;
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(_) => return Reading::Gone("connection failed"),
+            };
+            let end = chunk[..n].iter().position(|&b| b == b'\n');
+            self.line.extend_from_slice(&chunk[..end.unwrap_or(n)]);
+            if self.line.len() as u64 > MAX_LINE {
+                return Reading::Gone("line too long");
+            }
+            if end.is_some() {
+                return Reading::Line(String::from_utf8_lossy(&self.line).into_owned());
+            }
+        }
+    }
+}
+
+/// Rank 0's side: serves every client at once (non-blocking), so a slow
+/// or silent one holds up nobody. A client that does not speak the
+/// rendezvous protocol at all is dropped with a warning; a rank that does
+/// but disagrees with this one (another WORLD_SIZE, a rank out of range, a
+/// protocol version) fails the rendezvous at once, everyone told why.
 fn serve(
     env: &RankEnv,
     mine: SocketAddrV4,
@@ -162,47 +224,82 @@ fn serve(
         .map_err(|e| Error::Rendezvous(e.to_string()))?;
     let mut table: Vec<Option<SocketAddrV4>> = vec![None; env.world];
     table[0] = Some(mine);
-    let mut streams: Vec<TcpStream> = Vec::new();
+    let mut checked_in: Vec<TcpStream> = Vec::new();
+    let mut pending: Vec<Pending> = Vec::new();
+    let tell_all = |streams: &mut Vec<TcpStream>, msg: &str| {
+        for s in streams.iter_mut() {
+            let _ = s.set_nonblocking(false);
+            let _ = s.set_write_timeout(Some(Duration::from_secs(1)));
+            let _ = writeln!(s, "err {msg}");
+        }
+    };
     while table.iter().any(Option::is_none) {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
+        if Instant::now() >= deadline {
             let missing: Vec<usize> = (0..env.world).filter(|&r| table[r].is_none()).collect();
-            for s in &mut streams {
-                let _ = writeln!(s, "err rendezvous timed out, ranks {missing:?} never came");
-            }
+            tell_all(
+                &mut checked_in,
+                &format!("rendezvous timed out, ranks {missing:?} never came"),
+            );
             return Err(Error::Rendezvous(format!(
                 "ranks {missing:?} did not check in at port {port} in time: are they started with the same MASTER_ADDR/MASTER_PORT?"
             )));
         }
-        let mut s = match listener.accept() {
-            Ok((s, _)) => s,
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                std::thread::sleep(Duration::from_millis(2));
+        let mut moved = false;
+        loop {
+            match listener.accept() {
+                Ok((stream, _)) => {
+                    moved = true;
+                    if stream.set_nonblocking(true).is_ok() {
+                        pending.push(Pending {
+                            stream,
+                            line: Vec::new(),
+                            since: Instant::now(),
+                        });
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(Error::Rendezvous(format!("accept: {e}"))),
+            }
+        }
+        let mut i = 0;
+        while i < pending.len() {
+            let line = match pending[i].read() {
+                Reading::Waiting => {
+                    i += 1;
+                    continue;
+                }
+                Reading::Gone(why) => {
+                    let p = pending.swap_remove(i);
+                    warn!(peer = ?p.stream.peer_addr().ok(), why, "rendezvous: dropped a client");
+                    moved = true;
+                    continue;
+                }
+                Reading::Line(line) => line,
+            };
+            moved = true;
+            let mut s = pending.swap_remove(i).stream;
+            if !line.starts_with(PROTO_FAMILY) {
+                warn!(peer = ?s.peer_addr().ok(), line = %line.escape_debug(), "rendezvous: dropped a client that is not an ainftp rank");
                 continue;
             }
-            Err(e) => return Err(Error::Rendezvous(format!("accept: {e}"))),
-        };
-        let _ = s.set_nonblocking(false);
-        let _ = s.set_read_timeout(Some(left.min(Duration::from_secs(10))));
-        let line = match read_line(&mut s) {
-            Ok(l) => l,
-            Err(e) => {
-                debug!(error = %e, "rendezvous: dropped a bad client");
-                continue;
+            match check_in(&line, env.world) {
+                Ok((rank, addr)) if table[rank].is_none() => {
+                    table[rank] = Some(addr);
+                    checked_in.push(s);
+                }
+                Ok((rank, _)) => {
+                    let _ = writeln!(s, "err rank {rank} checked in twice");
+                }
+                Err(why) => {
+                    checked_in.push(s);
+                    tell_all(&mut checked_in, &why);
+                    return Err(Error::Rendezvous(why));
+                }
             }
-        };
-        match check_in(&line, env.world) {
-            Ok((rank, addr)) if table[rank].is_none() => {
-                table[rank] = Some(addr);
-                streams.push(s);
-            }
-            Ok((rank, _)) => {
-                let _ = writeln!(s, "err rank {rank} checked in twice");
-            }
-            Err(why) => {
-                let _ = writeln!(s, "err {why}");
-                return Err(Error::Rendezvous(why));
-            }
+        }
+        if !moved {
+            std::thread::sleep(Duration::from_millis(2));
         }
     }
     let table: Vec<SocketAddrV4> = table.into_iter().map(|a| a.expect("all set")).collect();
@@ -210,7 +307,10 @@ fn serve(
     for a in &table {
         reply.push_str(&format!("{a}\n"));
     }
-    for s in &mut streams {
+    for s in &mut checked_in {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let _ = s.set_nonblocking(false);
+        let _ = s.set_write_timeout(Some(left.max(Duration::from_secs(1))));
         s.write_all(reply.as_bytes())
             .map_err(|e| Error::Rendezvous(format!("sending the table: {e}")))?;
     }
@@ -271,9 +371,10 @@ fn ask(
     let mine = SocketAddrV4::new(ip, mine.port());
     writeln!(s, "{PROTO} {} {} {mine}", env.rank, env.world)
         .map_err(|e| Error::Rendezvous(format!("sending to rank 0 at {master}: {e}")))?;
-    let left = deadline.saturating_duration_since(Instant::now());
-    let _ = s.set_read_timeout(Some(left.max(Duration::from_millis(1))));
-    let mut r = BufReader::new(s);
+    let mut r = BufReader::new(ByDeadline {
+        stream: s,
+        deadline,
+    });
     let head = read_line(&mut r).map_err(|e| {
         Error::Rendezvous(format!(
             "waiting for the table from rank 0 at {master}: {e} (are all WORLD_SIZE={} ranks started?)",
@@ -296,6 +397,34 @@ fn ask(
         table.push(a);
     }
     Ok(table)
+}
+
+/// A stream whose reads all end by one deadline: a rank 0 that trickles
+/// bytes cannot keep a rank waiting past its timeout.
+struct ByDeadline {
+    stream: TcpStream,
+    deadline: Instant,
+}
+
+impl Read for ByDeadline {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let left = self.deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "timed out",
+            ));
+        }
+        self.stream.set_read_timeout(Some(left))?;
+        match self.stream.read(buf) {
+            // What an expired SO_RCVTIMEO reports on Linux.
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "timed out",
+            )),
+            r => r,
+        }
+    }
 }
 
 /// One `\n`-terminated line of at most `MAX_LINE` bytes.
@@ -401,6 +530,147 @@ mod tests {
             .collect();
         assert!(tables.iter().all(|t| t == &tables[0]));
         assert_eq!(tables[0][2], "127.0.0.1:40002".parse().unwrap());
+    }
+
+    fn free_port() -> u16 {
+        TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port()
+    }
+
+    fn rank_env(rank: usize, world: usize, port: u16) -> RankEnv {
+        RankEnv {
+            rank,
+            world,
+            master_addr: "127.0.0.1".into(),
+            master_port: port,
+        }
+    }
+
+    /// Connects to rank 0 once it listens.
+    fn dial(port: u16) -> TcpStream {
+        let start = Instant::now();
+        loop {
+            match TcpStream::connect(("127.0.0.1", port)) {
+                Ok(s) => return s,
+                Err(e) if start.elapsed() > Duration::from_secs(5) => panic!("{e}"),
+                Err(_) => std::thread::sleep(Duration::from_millis(10)),
+            }
+        }
+    }
+
+    #[test]
+    fn stray_and_silent_clients_do_not_hold_up_the_rendezvous() {
+        let port = free_port();
+        let rank0 = std::thread::spawn(move || {
+            exchange(
+                &rank_env(0, 2, port),
+                wildcard(41000),
+                Duration::from_secs(20),
+            )
+        });
+        // A client that says nothing and stays, one that speaks another
+        // protocol, and one that leaves mid-line: all before rank 1.
+        let _silent = dial(port);
+        let mut http = dial(port);
+        http.write_all(b"GET / HTTP/1.0\r\n\r\n").unwrap();
+        let mut half = dial(port);
+        half.write_all(b"ainftp-rdv/1 1").unwrap();
+        drop(half);
+        std::thread::sleep(Duration::from_millis(100));
+        let start = Instant::now();
+        let table1 = exchange(
+            &rank_env(1, 2, port),
+            wildcard(41001),
+            Duration::from_secs(20),
+        )
+        .expect("rank 1 gets the table");
+        let waited = start.elapsed();
+        let table0 = rank0.join().unwrap().expect("rank 0 gets the table");
+        assert_eq!(table0, table1);
+        assert_eq!(table1[1], "127.0.0.1:41001".parse().unwrap());
+        // The silent client may hold the line for CHECK_IN_LIMIT; nobody
+        // may wait on it.
+        assert!(waited < Duration::from_secs(2), "rank 1 waited {waited:?}");
+        // The stray client was told nothing and let go.
+        let mut reply = String::new();
+        let _ = http.set_read_timeout(Some(Duration::from_secs(5)));
+        let _ = http.read_to_string(&mut reply);
+        assert_eq!(reply, "");
+    }
+
+    #[test]
+    fn a_rank_with_another_world_size_fails_the_rendezvous_at_once() {
+        let port = free_port();
+        let start = Instant::now();
+        let rank0 = std::thread::spawn(move || {
+            exchange(
+                &rank_env(0, 3, port),
+                wildcard(41100),
+                Duration::from_secs(20),
+            )
+        });
+        let waiting = std::thread::spawn(move || {
+            exchange(
+                &rank_env(1, 3, port),
+                wildcard(41101),
+                Duration::from_secs(20),
+            )
+        });
+        std::thread::sleep(Duration::from_millis(200));
+        let wrong = exchange(
+            &rank_env(2, 4, port),
+            wildcard(41102),
+            Duration::from_secs(20),
+        )
+        .unwrap_err()
+        .to_string();
+        let e0 = rank0.join().unwrap().unwrap_err().to_string();
+        let e1 = waiting.join().unwrap().unwrap_err().to_string();
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "{:?}",
+            start.elapsed()
+        );
+        for e in [&wrong, &e0, &e1] {
+            assert!(
+                e.contains("WORLD_SIZE 4") && e.contains("rank 0 has 3"),
+                "{e}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_rank_0_that_trickles_bytes_cannot_hold_a_rank_past_its_timeout() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let trickler = std::thread::spawn(move || {
+            let (mut s, _) = listener.accept().unwrap();
+            // One byte of a reply every 100 ms for 5 s, never a newline.
+            for _ in 0..50 {
+                if s.write_all(b"o").is_err() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        });
+        let start = Instant::now();
+        let err = exchange(
+            &rank_env(1, 2, port),
+            wildcard(41201),
+            Duration::from_millis(800),
+        )
+        .unwrap_err()
+        .to_string();
+        let waited = start.elapsed();
+        assert!(
+            waited < Duration::from_millis(1500),
+            "waited {waited:?}: {err}"
+        );
+        assert!(err.contains("timed out"), "{err}");
+        trickler.join().unwrap();
     }
 
     #[test]
