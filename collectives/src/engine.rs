@@ -69,6 +69,9 @@ pub struct Engine {
     ctx: Ctx,
     config: Config,
     next_seq: u32,
+    /// The sequence number after the last collective that completed here
+    /// (an aborted one does not count).
+    completed_seq: u32,
     active: Option<Active>,
     early: VecDeque<(usize, u32, Vec<u8>)>,
     early_bytes: usize,
@@ -116,6 +119,7 @@ impl Engine {
             ctx,
             config,
             next_seq: 0,
+            completed_seq: 0,
             active: None,
             early: VecDeque::new(),
             early_bytes: 0,
@@ -158,6 +162,12 @@ impl Engine {
     /// Sequence number of the running collective, or of the next one.
     pub fn seq(&self) -> u32 {
         self.active.as_ref().map_or(self.next_seq, |a| a.seq)
+    }
+
+    /// The first collective this rank has not completed: every earlier
+    /// one completed here, so all its messages to peers were produced.
+    pub fn completed_seq(&self) -> u32 {
+        self.completed_seq
     }
 
     /// The error-feedback residual of a tensor, if any.
@@ -425,6 +435,9 @@ impl Engine {
     fn check_done(&mut self) -> Progress {
         if !self.running().is_some_and(|a| a.is_done()) {
             return Progress::Pending;
+        }
+        if let Some(a) = &self.active {
+            self.completed_seq = a.seq.wrapping_add(1);
         }
         self.finish();
         self.ctx.counters.wakeups += 1;

@@ -81,6 +81,13 @@ pub enum Error {
         addr: String,
         reason: String,
     },
+    #[error("rank {rank} ({addr}) left after completing {completed} collective(s); this rank is in collective {seq} (0-based), which cannot complete without it: every rank must run the same collectives")]
+    PeerLeft {
+        rank: usize,
+        addr: String,
+        completed: u32,
+        seq: u32,
+    },
     #[error("could not connect to ranks {missing:?} within {waited_ms} ms: are they running, and are their addresses reachable from here?")]
     ConnectTimeout { missing: Vec<usize>, waited_ms: u64 },
     #[error("protocol violation on the connection to {peer}: {reason}")]

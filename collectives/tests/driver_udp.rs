@@ -182,10 +182,19 @@ fn shutdown_with_a_collective_not_waited_for_leaves_at_once_and_says_so() {
         .expect_err("an abandoned collective is an error");
     assert!(err.to_string().contains("not waited for"), "{err}");
     assert!(*t0 < Duration::from_secs(2), "rank 0 lingered {t0:?}");
-    // The peer cannot finish it either: it fails too, within its timeout.
+    // The peer cannot finish it either: told that rank 0 left (its
+    // goodbye, or its close when the goodbye is stuck behind unsent
+    // data), it fails at once rather than at its timeout.
     let (r1, t1) = &out[1];
-    assert!(r1.is_err(), "{r1:?}");
-    assert!(*t1 < Duration::from_secs(12), "rank 1 took {t1:?}");
+    let err = r1.as_ref().expect_err("rank 0 abandoned the collective");
+    assert!(
+        matches!(
+            err,
+            Error::PeerLeft { rank: 0, .. } | Error::PeerClosed { rank: 0, .. }
+        ),
+        "{err}"
+    );
+    assert!(*t1 < Duration::from_secs(2), "rank 1 took {t1:?}");
 }
 
 #[test]
@@ -256,4 +265,46 @@ fn a_peer_that_leaves_mid_collective_is_named_as_closed() {
         "{err}"
     );
     assert!(took < Duration::from_secs(5), "took {took:?}");
+}
+
+#[test]
+fn a_rank_that_runs_fewer_collectives_is_named_at_once() {
+    // Uneven inputs: rank 1 runs one all-reduce and shuts down, rank 0
+    // runs two. Rank 0's second cannot complete; it must say that rank 1
+    // left (and after how many), not wait out its 20 s timeout. Rank 1's
+    // shutdown, which waits for its peers to finish, returns then too.
+    let cfg = DriverConfig {
+        timeout: Duration::from_secs(20),
+        ..DriverConfig::default()
+    };
+    let out = on_ranks(2, cfg, |mut c| {
+        let mut buf = vec![1.0f32; 1000];
+        c.all_reduce(&mut buf, ReduceOp::Sum).unwrap();
+        let t = Instant::now();
+        let r = if c.rank() == 0 {
+            c.all_reduce(&mut buf, ReduceOp::Sum)
+        } else {
+            c.shutdown()
+        };
+        (r, t.elapsed())
+    });
+    let (r0, t0) = &out[0];
+    match r0 {
+        Err(Error::PeerLeft {
+            rank: 1,
+            completed: 1,
+            seq: 1,
+            ..
+        }) => {}
+        other => panic!("rank 0: expected rank 1 to have left, got {other:?}"),
+    }
+    let msg = r0.as_ref().unwrap_err().to_string();
+    assert!(msg.contains("rank 1") && msg.contains("left"), "{msg}");
+    assert!(*t0 < Duration::from_secs(3), "rank 0 took {t0:?}");
+    let (r1, t1) = &out[1];
+    assert!(r1.is_ok(), "{r1:?}");
+    assert!(
+        *t1 < Duration::from_secs(3),
+        "rank 1's shutdown took {t1:?}"
+    );
 }

@@ -497,9 +497,28 @@ impl<B: Backend> Communicator<B> {
             }
         }
         if self.engine.is_active() {
+            self.check_departed()?;
             self.check_liveness(now)?;
         }
         Ok(())
+    }
+
+    /// A peer that said goodbye before completing the running collective
+    /// will never send the rest of it.
+    fn check_departed(&self) -> Result<()> {
+        let seq = self.engine.seq();
+        // `seq` at or after the first collective the peer did not complete
+        // (sequence numbers wrap).
+        let missed = |completed: u32| seq.wrapping_sub(completed) < 1 << 31;
+        match self.mesh.departed().find(|&(_, c)| missed(c)) {
+            Some((rank, completed)) => Err(Error::PeerLeft {
+                rank,
+                addr: self.mesh.addr_of(rank).to_string(),
+                completed,
+                seq,
+            }),
+            None => Ok(()),
+        }
     }
 
     /// Pings every peer each quarter timeout; a peer silent for a whole

@@ -6,6 +6,10 @@
 //! A dialled connection's first frame is a hello naming the dialler's
 //! rank, so the acceptor identifies peers by what they say, not by their
 //! source address (which NAT or a wildcard bind may change).
+//!
+//! A rank that leaves says goodbye before its FIN: a frame naming the
+//! first collective it did not complete. A peer still in that collective
+//! (or a later one) then fails at once instead of waiting out its timeout.
 
 use std::collections::HashMap;
 use std::net::SocketAddrV4;
@@ -29,6 +33,8 @@ pub const COLL_ALPN: &[u8] = b"ainftp-coll/1";
 pub const SERVER_NAME: &str = "ainftp-rank";
 const HELLO_MAGIC: &[u8; 8] = b"AINFTPH1";
 const HELLO_LEN: usize = 16;
+const BYE_MAGIC: &[u8; 8] = b"AINFTPB1";
+const BYE_LEN: usize = 16;
 /// Largest frame accepted: far above the engine's largest message (a
 /// 65535-element f32 chunk plus header), far below anything that could
 /// exhaust memory.
@@ -85,6 +91,9 @@ pub struct Mesh<B: Backend> {
     peers: Vec<SocketAddrV4>,
     /// When each rank was last heard from (any packet).
     last_heard: Vec<Instant>,
+    /// Ranks that said goodbye, with the first collective they did not
+    /// complete.
+    departed: Vec<Option<u32>>,
     /// Bytes queued in link queues, not yet accepted by QUIC.
     pending: usize,
     /// Rounds run (`turn` calls), for occasional backend upkeep.
@@ -146,6 +155,7 @@ impl<B: Backend> Mesh<B> {
             rr: vec![0; world],
             peers,
             last_heard: vec![Instant::now(); world],
+            departed: vec![None; world],
             pending: 0,
             rounds: 0,
             closing: false,
@@ -262,6 +272,15 @@ impl<B: Backend> Mesh<B> {
 
     pub fn last_heard(&self, rank: usize) -> Instant {
         self.last_heard[rank]
+    }
+
+    /// Ranks that said goodbye, each with the first collective it did not
+    /// complete (it sent all it ever will for the ones before).
+    pub fn departed(&self) -> impl Iterator<Item = (usize, u32)> + '_ {
+        self.departed
+            .iter()
+            .enumerate()
+            .filter_map(|(r, d)| d.map(|d| (r, d)))
     }
 
     /// Counts every peer as heard from now (at the start of a collective:
@@ -431,6 +450,11 @@ impl<B: Backend> Mesh<B> {
                 frames += 1;
                 self.counters.frames_received += 1;
                 match link.rank {
+                    Some(from) if is_bye(frame) => {
+                        let done = u32::from_le_bytes(frame[8..12].try_into().expect("4 bytes"));
+                        debug!(rank = from, done, "peer said goodbye");
+                        self.departed[from] = Some(done);
+                    }
                     Some(from) => {
                         if engine.handle(from, frame, buf)? == Progress::Complete {
                             *completed = true;
@@ -549,6 +573,7 @@ impl<B: Backend> Mesh<B> {
     /// (so no peer still needs data from us, and QUIC delivered ours),
     /// then closes the connections. Returns the ranks that did not finish.
     pub fn close(&mut self, engine: &mut Engine, linger: Duration) -> Vec<usize> {
+        self.say_goodbye(engine.completed_seq());
         let start = Instant::now();
         loop {
             let moved = self.turn(engine, &mut [], &mut false).unwrap_or(0);
@@ -595,6 +620,23 @@ impl<B: Backend> Mesh<B> {
         unfinished
     }
 
+    /// Queues the goodbye on every link that carries a stream, behind
+    /// anything still queued there.
+    fn say_goodbye(&mut self, completed_seq: u32) {
+        for l in &mut self.links {
+            if l.stream.is_none() || !l.established || l.closed || l.fin_sent {
+                continue;
+            }
+            let mut bye = Vec::with_capacity(BYE_LEN);
+            bye.extend_from_slice(BYE_MAGIC);
+            bye.extend_from_slice(&completed_seq.to_le_bytes());
+            bye.extend_from_slice(&0u32.to_le_bytes());
+            let before = l.out.pending_bytes();
+            l.out.push(bye);
+            self.pending += l.out.pending_bytes() - before;
+        }
+    }
+
     fn send_fins(&mut self) {
         for l in &mut self.links {
             let Some(stream) = l.stream else { continue };
@@ -625,6 +667,12 @@ fn describe(reason: &CloseReason) -> String {
         CloseReason::IdleTimeout => "QUIC idle timeout".into(),
         CloseReason::Refused(why) => format!("refused: {why}"),
     }
+}
+
+/// Engine messages start with their own magic byte (0xA7), so a goodbye
+/// cannot be mistaken for one.
+fn is_bye(frame: &[u8]) -> bool {
+    frame.len() == BYE_LEN && &frame[..8] == BYE_MAGIC
 }
 
 fn parse_hello(frame: &[u8], world: usize, me: usize) -> std::result::Result<usize, String> {

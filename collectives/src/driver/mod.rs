@@ -33,8 +33,12 @@
 //! * **Liveness.** During a collective every peer is pinged (QUIC
 //!   ack-eliciting frames) each `timeout / 4`; a peer not heard from for
 //!   `timeout` fails the collective with [`Error::PeerTimeout`] naming
-//!   it, and a closed connection with [`Error::PeerClosed`]. After such
-//!   an error the communicator refuses further work ([`Error::Failed`]).
+//!   it, and a closed connection with [`Error::PeerClosed`]. A rank that
+//!   shuts down (or drops its communicator) first sends a goodbye frame
+//!   naming how many collectives it completed; a peer in a later one
+//!   fails at once with [`Error::PeerLeft`] (uneven iteration counts are
+//!   named, not timed out). After such an error the communicator refuses
+//!   further work ([`Error::Failed`]).
 //!   `timeout` must exceed how late a healthy rank may enter a collective.
 //! * **To the GPU.** [`DevicePipeline`] all-reduces a step's buckets in
 //!   order and copies each reduced bucket to device memory while the next
@@ -45,6 +49,7 @@
 //!
 //! [`Error::PeerTimeout`]: crate::Error::PeerTimeout
 //! [`Error::PeerClosed`]: crate::Error::PeerClosed
+//! [`Error::PeerLeft`]: crate::Error::PeerLeft
 //! [`Error::Failed`]: crate::Error::Failed
 
 pub mod backend;
