@@ -308,3 +308,59 @@ fn a_rank_that_runs_fewer_collectives_is_named_at_once() {
         "rank 1's shutdown took {t1:?}"
     );
 }
+
+#[test]
+fn the_rendezvous_and_the_connections_share_one_connect_timeout() {
+    // Rank 1 checks in late (800 ms) with an address nobody answers at:
+    // rank 0 must give up when its 1.5 s budget is spent, not 1.5 s after
+    // the rendezvous.
+    use std::io::{Read, Write};
+    let free = |udp: bool| {
+        if udp {
+            std::net::UdpSocket::bind("127.0.0.1:0")
+                .unwrap()
+                .local_addr()
+                .unwrap()
+                .port()
+        } else {
+            std::net::TcpListener::bind("127.0.0.1:0")
+                .unwrap()
+                .local_addr()
+                .unwrap()
+                .port()
+        }
+    };
+    let (master_port, dead) = (free(false), free(true));
+    let late_rank = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(800));
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", master_port)).unwrap();
+        writeln!(s, "ainftp-rdv/1 1 2 127.0.0.1:{dead}").unwrap();
+        let mut table = String::new();
+        let _ = s.read_to_string(&mut table);
+        table
+    });
+    let env = collectives::driver::RankEnv {
+        rank: 0,
+        world: 2,
+        master_addr: "127.0.0.1".into(),
+        master_port,
+    };
+    let cfg = DriverConfig {
+        connect_timeout: Duration::from_millis(1500),
+        ..DriverConfig::default()
+    };
+    let io = stack::io::kernel::KernelUdp::bind("127.0.0.1:0".parse().unwrap(), cfg.udp.clone())
+        .unwrap();
+    let advertise = io.local_addr();
+    let t = Instant::now();
+    let err = Communicator::from_env_with_at(&env, io, advertise, cfg)
+        .err()
+        .expect("nobody answers at rank 1's address");
+    let took = t.elapsed();
+    assert!(
+        matches!(err, Error::ConnectTimeout { ref missing, .. } if missing == &[1]),
+        "{err}"
+    );
+    assert!(took < Duration::from_millis(1900), "took {took:?}");
+    assert!(late_rank.join().unwrap().starts_with("ok 2"));
+}

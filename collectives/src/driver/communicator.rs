@@ -184,8 +184,10 @@ impl<B: Backend> Communicator<B> {
         advertise: SocketAddrV4,
         config: DriverConfig,
     ) -> Result<Self> {
+        let start = Instant::now();
         let peers = rendezvous::exchange(env, advertise, config.connect_timeout)?;
-        Communicator::with_backend(env.rank, env.world, io, peers, config)
+        let left = config.connect_left(start);
+        Communicator::with_backend_within(env.rank, env.world, io, peers, config, left)
     }
 
     /// Connects over an already open backend (`peers[rank]` is this rank's
@@ -197,8 +199,22 @@ impl<B: Backend> Communicator<B> {
         peers: Vec<SocketAddrV4>,
         config: DriverConfig,
     ) -> Result<Self> {
+        let limit = config.connect_timeout;
+        Communicator::with_backend_within(rank, world, io, peers, config, limit)
+    }
+
+    /// `with_backend`, giving up on the connections after `limit` (what is
+    /// left of `connect_timeout` after the rendezvous).
+    pub(crate) fn with_backend_within(
+        rank: usize,
+        world: usize,
+        io: B,
+        peers: Vec<SocketAddrV4>,
+        config: DriverConfig,
+        limit: Duration,
+    ) -> Result<Self> {
         let mut engine = Engine::new(rank, world, config.engine.clone())?;
-        let mesh = Mesh::connect(rank, world, io, peers, &config, &mut engine)?;
+        let mesh = Mesh::connect(rank, world, io, peers, &config, limit, &mut engine)?;
         let clock = Clock::new(config.timeout);
         Ok(Communicator {
             rank,

@@ -102,13 +102,18 @@ fn connect_lanes<B: Backend + Send>(
 where
     B::Buf: Send,
 {
+    // One budget for every lane's rendezvous and connections together.
+    let start = Instant::now();
     let mut meshes = Vec::with_capacity(ios.len());
     for (k, (io, advertise)) in ios.into_iter().enumerate() {
-        let peers = rendezvous::exchange(&env.lane(k)?, advertise, config.connect_timeout)?;
+        let left = config.connect_left(start);
+        let peers = rendezvous::exchange(&env.lane(k)?, advertise, left)?;
         meshes.push((io, peers));
     }
-    let connect =
-        |(io, peers)| Communicator::with_backend(env.rank, env.world, io, peers, config.clone());
+    let left = config.connect_left(start);
+    let connect = |(io, peers)| {
+        Communicator::with_backend_within(env.rank, env.world, io, peers, config.clone(), left)
+    };
     if meshes.len() == 1 {
         return Ok(vec![connect(meshes.pop().expect("one lane"))?]);
     }

@@ -104,13 +104,14 @@ pub struct Mesh<B: Backend> {
 
 impl<B: Backend> Mesh<B> {
     /// Dials the higher ranks and waits until every peer is connected and
-    /// identified, or `cfg.connect_timeout` passes.
+    /// identified, or `limit` passes.
     pub fn connect(
         rank: usize,
         world: usize,
         io: B,
         peers: Vec<SocketAddrV4>,
         cfg: &DriverConfig,
+        limit: Duration,
         engine: &mut Engine,
     ) -> Result<Mesh<B>> {
         if peers.len() != world {
@@ -184,7 +185,7 @@ impl<B: Backend> Mesh<B> {
                 mesh.pending += mesh.links[idx].out.pending_bytes();
             }
         }
-        mesh.wait_connected(cfg.connect_timeout, engine)?;
+        mesh.wait_connected(limit, engine)?;
         Ok(mesh)
     }
 

@@ -80,7 +80,8 @@ pub struct DriverConfig {
     pub conns_per_peer: usize,
     /// A peer silent this long during a collective fails it.
     pub timeout: Duration,
-    /// Connecting the mesh (and the rendezvous) gives up after this.
+    /// Joining the job gives up after this: the rendezvous and connecting
+    /// the mesh (of every lane) share this one budget.
     pub connect_timeout: Duration,
     /// Bytes queued in the driver beyond what QUIC accepted, at most.
     pub max_pending_bytes: usize,
@@ -100,6 +101,16 @@ pub struct DriverConfig {
     /// datagrams gave 2-3x the bandwidth of 1472 and more than 64 KiB ones
     /// (scripts/bench-allreduce.sh).
     pub follow_route_mtu: Option<usize>,
+}
+
+impl DriverConfig {
+    /// What is left of `connect_timeout` for a join that began at `start`
+    /// (at least 1 ms, so a late step still makes one attempt).
+    pub(crate) fn connect_left(&self, start: std::time::Instant) -> Duration {
+        self.connect_timeout
+            .saturating_sub(start.elapsed())
+            .max(Duration::from_millis(1))
+    }
 }
 
 /// The default cap of [`DriverConfig::follow_route_mtu`].
