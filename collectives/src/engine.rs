@@ -164,8 +164,9 @@ impl Engine {
         self.active.as_ref().map_or(self.next_seq, |a| a.seq)
     }
 
-    /// The first collective this rank has not completed: every earlier
-    /// one completed here, so all its messages to peers were produced.
+    /// The sequence number after the last collective that completed here
+    /// (an aborted one does not count): with at most one abort, the last
+    /// thing a failed rank does, the number of collectives it completed.
     pub fn completed_seq(&self) -> u32 {
         self.completed_seq
     }

@@ -81,12 +81,16 @@ pub enum Error {
         addr: String,
         reason: String,
     },
-    #[error("rank {rank} ({addr}) left after completing {completed} collective(s); this rank is in collective {seq} (0-based), which cannot complete without it: every rank must run the same collectives")]
+    #[error("{}", peer_left(*rank, addr, *completed, *seq, *failed))]
     PeerLeft {
         rank: usize,
         addr: String,
+        /// Collectives the peer completed before it left.
         completed: u32,
+        /// This rank's collective (0-based) that cannot complete.
         seq: u32,
+        /// The peer left after a failure of its own (not a clean shutdown).
+        failed: bool,
     },
     #[error("could not connect to ranks {missing:?} within {waited_ms} ms: are they running, and are their addresses reachable from here?")]
     ConnectTimeout { missing: Vec<usize>, waited_ms: u64 },
@@ -100,6 +104,17 @@ pub enum Error {
     UnknownHandle(u64),
     #[error("the communicator failed earlier and cannot run collectives: {0}")]
     Failed(Box<Error>),
+}
+
+fn peer_left(rank: usize, addr: &str, completed: u32, seq: u32, failed: bool) -> String {
+    let cause = if failed {
+        "its own collective failed"
+    } else {
+        "every rank must run the same collectives"
+    };
+    format!(
+        "rank {rank} ({addr}) left after completing {completed} collective(s); this rank is in collective {seq} (0-based), which cannot complete without it: {cause}"
+    )
 }
 
 /// Shorthand used across the crate.

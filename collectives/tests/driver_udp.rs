@@ -190,11 +190,15 @@ fn shutdown_with_a_collective_not_waited_for_leaves_at_once_and_says_so() {
     assert!(
         matches!(
             err,
-            Error::PeerLeft { rank: 0, .. } | Error::PeerClosed { rank: 0, .. }
+            Error::PeerLeft {
+                rank: 0,
+                failed: true,
+                ..
+            } | Error::PeerClosed { rank: 0, .. }
         ),
         "{err}"
     );
-    assert!(*t1 < Duration::from_secs(2), "rank 1 took {t1:?}");
+    assert!(*t1 < Duration::from_secs(3), "rank 1 took {t1:?}");
 }
 
 #[test]
@@ -294,12 +298,16 @@ fn a_rank_that_runs_fewer_collectives_is_named_at_once() {
             rank: 1,
             completed: 1,
             seq: 1,
+            failed: false,
             ..
         }) => {}
         other => panic!("rank 0: expected rank 1 to have left, got {other:?}"),
     }
     let msg = r0.as_ref().unwrap_err().to_string();
-    assert!(msg.contains("rank 1") && msg.contains("left"), "{msg}");
+    assert!(
+        msg.contains("rank 1") && msg.contains("every rank must run the same collectives"),
+        "{msg}"
+    );
     assert!(*t0 < Duration::from_secs(3), "rank 0 took {t0:?}");
     let (r1, t1) = &out[1];
     assert!(r1.is_ok(), "{r1:?}");
@@ -311,30 +319,21 @@ fn a_rank_that_runs_fewer_collectives_is_named_at_once() {
 
 #[test]
 fn the_rendezvous_and_the_connections_share_one_connect_timeout() {
-    // Rank 1 checks in late (800 ms) with an address nobody answers at:
-    // rank 0 must give up when its 1.5 s budget is spent, not 1.5 s after
-    // the rendezvous.
+    // Rank 1 checks in late (1.5 s) with an address where a socket sits
+    // that never answers: rank 0 must give up when its 3 s budget is
+    // spent, not 3 s after the rendezvous, and say how long it tried.
     use std::io::{Read, Write};
-    let free = |udp: bool| {
-        if udp {
-            std::net::UdpSocket::bind("127.0.0.1:0")
-                .unwrap()
-                .local_addr()
-                .unwrap()
-                .port()
-        } else {
-            std::net::TcpListener::bind("127.0.0.1:0")
-                .unwrap()
-                .local_addr()
-                .unwrap()
-                .port()
-        }
-    };
-    let (master_port, dead) = (free(false), free(true));
+    let master_port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mute = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let mute_addr = mute.local_addr().unwrap();
     let late_rank = std::thread::spawn(move || {
-        std::thread::sleep(Duration::from_millis(800));
+        std::thread::sleep(Duration::from_millis(1500));
         let mut s = std::net::TcpStream::connect(("127.0.0.1", master_port)).unwrap();
-        writeln!(s, "ainftp-rdv/1 1 2 127.0.0.1:{dead}").unwrap();
+        writeln!(s, "ainftp-rdv/1 1 2 {mute_addr}").unwrap();
         let mut table = String::new();
         let _ = s.read_to_string(&mut table);
         table
@@ -346,7 +345,7 @@ fn the_rendezvous_and_the_connections_share_one_connect_timeout() {
         master_port,
     };
     let cfg = DriverConfig {
-        connect_timeout: Duration::from_millis(1500),
+        connect_timeout: Duration::from_secs(3),
         ..DriverConfig::default()
     };
     let io = stack::io::kernel::KernelUdp::bind("127.0.0.1:0".parse().unwrap(), cfg.udp.clone())
@@ -357,10 +356,14 @@ fn the_rendezvous_and_the_connections_share_one_connect_timeout() {
         .err()
         .expect("nobody answers at rank 1's address");
     let took = t.elapsed();
-    assert!(
-        matches!(err, Error::ConnectTimeout { ref missing, .. } if missing == &[1]),
-        "{err}"
-    );
-    assert!(took < Duration::from_millis(1900), "took {took:?}");
+    match &err {
+        Error::ConnectTimeout { missing, waited_ms } => {
+            assert_eq!(missing, &[1]);
+            assert!((2900..4000).contains(waited_ms), "{err}");
+        }
+        other => panic!("expected a connect timeout, got {other}"),
+    }
+    assert!(took < Duration::from_secs(4), "took {took:?}");
     assert!(late_rank.join().unwrap().starts_with("ok 2"));
+    drop(mute);
 }

@@ -188,6 +188,7 @@ impl<B: Backend> Communicator<B> {
         let peers = rendezvous::exchange(env, advertise, config.connect_timeout)?;
         let left = config.connect_left(start);
         Communicator::with_backend_within(env.rank, env.world, io, peers, config, left)
+            .map_err(|e| DriverConfig::join_error(start, e))
     }
 
     /// Connects over an already open backend (`peers[rank]` is this rank's
@@ -414,7 +415,7 @@ impl<B: Backend> Communicator<B> {
                 self.queue.len().max(1)
             ))));
         }
-        let unfinished = self.mesh.close(&mut self.engine, self.cfg.timeout);
+        let unfinished = self.mesh.close(&mut self.engine, self.cfg.timeout, false);
         self.failed = Some(Error::Transport("shut down".into()));
         match unfinished.first() {
             None => Ok(()),
@@ -526,12 +527,18 @@ impl<B: Backend> Communicator<B> {
         // `seq` at or after the first collective the peer did not complete
         // (sequence numbers wrap).
         let missed = |completed: u32| seq.wrapping_sub(completed) < 1 << 31;
-        match self.mesh.departed().find(|&(_, c)| missed(c)) {
-            Some((rank, completed)) => Err(Error::PeerLeft {
+        match self
+            .mesh
+            .departed()
+            .iter()
+            .find(|(_, bye)| missed(bye.completed))
+        {
+            Some(&(rank, bye)) => Err(Error::PeerLeft {
                 rank,
                 addr: self.mesh.addr_of(rank).to_string(),
-                completed,
+                completed: bye.completed,
                 seq,
+                failed: bye.failed,
             }),
             None => Ok(()),
         }
@@ -589,6 +596,8 @@ impl<B: Backend> Drop for Communicator<B> {
         } else {
             self.cfg.timeout
         };
-        let _ = self.mesh.close(&mut self.engine, linger);
+        let _ = self
+            .mesh
+            .close(&mut self.engine, linger, self.failed.is_some());
     }
 }

@@ -113,6 +113,7 @@ where
     let left = config.connect_left(start);
     let connect = |(io, peers)| {
         Communicator::with_backend_within(env.rank, env.world, io, peers, config.clone(), left)
+            .map_err(|e| DriverConfig::join_error(start, e))
     };
     if meshes.len() == 1 {
         return Ok(vec![connect(meshes.pop().expect("one lane"))?]);

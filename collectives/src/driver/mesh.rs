@@ -7,9 +7,10 @@
 //! rank, so the acceptor identifies peers by what they say, not by their
 //! source address (which NAT or a wildcard bind may change).
 //!
-//! A rank that leaves says goodbye before its FIN: a frame naming the
-//! first collective it did not complete. A peer still in that collective
-//! (or a later one) then fails at once instead of waiting out its timeout.
+//! A rank that leaves says goodbye before its FIN: a frame with the number
+//! of collectives it completed and whether it left after a failure. A peer
+//! still in a later collective then fails at once instead of waiting out
+//! its timeout.
 
 use std::collections::HashMap;
 use std::net::SocketAddrV4;
@@ -28,13 +29,23 @@ use crate::error::{Error, Result};
 use crate::Progress;
 
 /// ALPN of the collectives protocol between ranks.
-pub const COLL_ALPN: &[u8] = b"ainftp-coll/1";
+/// (2: ranks say goodbye when they leave.)
+pub const COLL_ALPN: &[u8] = b"ainftp-coll/2";
 /// Name the dialler expects in the acceptor's certificate.
 pub const SERVER_NAME: &str = "ainftp-rank";
 const HELLO_MAGIC: &[u8; 8] = b"AINFTPH1";
 const HELLO_LEN: usize = 16;
 const BYE_MAGIC: &[u8; 8] = b"AINFTPB1";
 const BYE_LEN: usize = 16;
+
+/// What a departing rank said.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Goodbye {
+    /// Collectives it completed: it sent all it ever will for them.
+    pub completed: u32,
+    /// It left after a failure of its own.
+    pub failed: bool,
+}
 /// Largest frame accepted: far above the engine's largest message (a
 /// 65535-element f32 chunk plus header), far below anything that could
 /// exhaust memory.
@@ -91,9 +102,8 @@ pub struct Mesh<B: Backend> {
     peers: Vec<SocketAddrV4>,
     /// When each rank was last heard from (any packet).
     last_heard: Vec<Instant>,
-    /// Ranks that said goodbye, with the first collective they did not
-    /// complete.
-    departed: Vec<Option<u32>>,
+    /// Ranks that said goodbye, in the order they did.
+    departed: Vec<(usize, Goodbye)>,
     /// Bytes queued in link queues, not yet accepted by QUIC.
     pending: usize,
     /// Rounds run (`turn` calls), for occasional backend upkeep.
@@ -156,7 +166,7 @@ impl<B: Backend> Mesh<B> {
             rr: vec![0; world],
             peers,
             last_heard: vec![Instant::now(); world],
-            departed: vec![None; world],
+            departed: Vec::new(),
             pending: 0,
             rounds: 0,
             closing: false,
@@ -275,13 +285,10 @@ impl<B: Backend> Mesh<B> {
         self.last_heard[rank]
     }
 
-    /// Ranks that said goodbye, each with the first collective it did not
-    /// complete (it sent all it ever will for the ones before).
-    pub fn departed(&self) -> impl Iterator<Item = (usize, u32)> + '_ {
-        self.departed
-            .iter()
-            .enumerate()
-            .filter_map(|(r, d)| d.map(|d| (r, d)))
+    /// Ranks that said goodbye, in the order they did (the first is the
+    /// likeliest cause when others left because of it).
+    pub fn departed(&self) -> &[(usize, Goodbye)] {
+        &self.departed
     }
 
     /// Counts every peer as heard from now (at the start of a collective:
@@ -358,11 +365,18 @@ impl<B: Backend> Mesh<B> {
                     }
                     match self.links[i].rank {
                         Some(rank) => {
+                            let mut reason = describe(&reason);
+                            if let Some((_, bye)) = self.departed.iter().find(|(r, _)| *r == rank) {
+                                reason.push_str(&format!(
+                                    ", after saying goodbye with {} collective(s) completed",
+                                    bye.completed
+                                ));
+                            }
                             return Err(Error::PeerClosed {
                                 rank,
                                 addr: peer.to_string(),
-                                reason: describe(&reason),
-                            })
+                                reason,
+                            });
                         }
                         None => {
                             warn!(%peer, ?reason, "unidentified connection closed");
@@ -452,9 +466,17 @@ impl<B: Backend> Mesh<B> {
                 self.counters.frames_received += 1;
                 match link.rank {
                     Some(from) if is_bye(frame) => {
-                        let done = u32::from_le_bytes(frame[8..12].try_into().expect("4 bytes"));
-                        debug!(rank = from, done, "peer said goodbye");
-                        self.departed[from] = Some(done);
+                        let bye = Goodbye {
+                            completed: u32::from_le_bytes(
+                                frame[8..12].try_into().expect("4 bytes"),
+                            ),
+                            failed: frame[12] != 0,
+                        };
+                        debug!(rank = from, ?bye, "peer said goodbye");
+                        // Once per rank, though it comes on every connection.
+                        if !self.departed.iter().any(|&(r, _)| r == from) {
+                            self.departed.push((from, bye));
+                        }
                     }
                     Some(from) => {
                         if engine.handle(from, frame, buf)? == Progress::Complete {
@@ -573,8 +595,12 @@ impl<B: Backend> Mesh<B> {
     /// out, waits (up to `linger`) until every peer has finished its own
     /// (so no peer still needs data from us, and QUIC delivered ours),
     /// then closes the connections. Returns the ranks that did not finish.
-    pub fn close(&mut self, engine: &mut Engine, linger: Duration) -> Vec<usize> {
-        self.say_goodbye(engine.completed_seq());
+    /// `failed`: this rank leaves after a failure (its goodbye says so).
+    pub fn close(&mut self, engine: &mut Engine, linger: Duration, failed: bool) -> Vec<usize> {
+        self.say_goodbye(Goodbye {
+            completed: engine.completed_seq(),
+            failed,
+        });
         let start = Instant::now();
         loop {
             let moved = self.turn(engine, &mut [], &mut false).unwrap_or(0);
@@ -623,17 +649,17 @@ impl<B: Backend> Mesh<B> {
 
     /// Queues the goodbye on every link that carries a stream, behind
     /// anything still queued there.
-    fn say_goodbye(&mut self, completed_seq: u32) {
+    fn say_goodbye(&mut self, bye: Goodbye) {
         for l in &mut self.links {
             if l.stream.is_none() || !l.established || l.closed || l.fin_sent {
                 continue;
             }
-            let mut bye = Vec::with_capacity(BYE_LEN);
-            bye.extend_from_slice(BYE_MAGIC);
-            bye.extend_from_slice(&completed_seq.to_le_bytes());
-            bye.extend_from_slice(&0u32.to_le_bytes());
+            let mut frame = Vec::with_capacity(BYE_LEN);
+            frame.extend_from_slice(BYE_MAGIC);
+            frame.extend_from_slice(&bye.completed.to_le_bytes());
+            frame.extend_from_slice(&[u8::from(bye.failed), 0, 0, 0]);
             let before = l.out.pending_bytes();
-            l.out.push(bye);
+            l.out.push(frame);
             self.pending += l.out.pending_bytes() - before;
         }
     }

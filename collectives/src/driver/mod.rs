@@ -81,7 +81,9 @@ pub struct DriverConfig {
     /// A peer silent this long during a collective fails it.
     pub timeout: Duration,
     /// Joining the job gives up after this: the rendezvous and connecting
-    /// the mesh (of every lane) share this one budget.
+    /// the mesh (of every lane) share this one budget, except that the
+    /// connections always get at least a quarter of it (at most 5 s), for
+    /// a job whose last rank came late.
     pub connect_timeout: Duration,
     /// Bytes queued in the driver beyond what QUIC accepted, at most.
     pub max_pending_bytes: usize,
@@ -105,11 +107,25 @@ pub struct DriverConfig {
 
 impl DriverConfig {
     /// What is left of `connect_timeout` for a join that began at `start`
-    /// (at least 1 ms, so a late step still makes one attempt).
+    /// (for the connections, see `connect_timeout`).
     pub(crate) fn connect_left(&self, start: std::time::Instant) -> Duration {
+        let floor = (self.connect_timeout / 4).min(Duration::from_secs(5));
         self.connect_timeout
             .saturating_sub(start.elapsed())
+            .max(floor)
             .max(Duration::from_millis(1))
+    }
+
+    /// A join that began at `start` failed: a connect timeout reports the
+    /// whole join's time, not the connections' share of it.
+    pub(crate) fn join_error(start: std::time::Instant, e: crate::Error) -> crate::Error {
+        match e {
+            crate::Error::ConnectTimeout { missing, .. } => crate::Error::ConnectTimeout {
+                missing,
+                waited_ms: start.elapsed().as_millis() as u64,
+            },
+            e => e,
+        }
     }
 }
 

@@ -12,8 +12,9 @@
 //! Rank 0 serves all clients at once and gives each `CHECK_IN_LIMIT` to
 //! send its line; a client that is not an ainftp rank is dropped with a
 //! warning. A rank that disagrees on the job (WORLD_SIZE, rank range,
-//! protocol version) fails the rendezvous for everyone, with the reason.
-//! Every wait, on both sides, ends by the caller's one deadline.
+//! protocol version) fails the rendezvous, and every client rank 0 holds
+//! then is told why. A rank's waits end by its one deadline; rank 0's
+//! answers (the table, or the error) take at most `ANSWER_LIMIT` more.
 
 use std::io::{BufReader, Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpListener, TcpStream, ToSocketAddrs};
@@ -203,11 +204,20 @@ impl Pending {
     }
 }
 
+/// Clients rank 0 keeps waiting for a line at once; beyond this the
+/// oldest is dropped (a flood of idle connections cannot exhaust memory or
+/// file descriptors, and real ranks check in within milliseconds).
+const MAX_PENDING: usize = 1024;
+/// Connections accepted per pass, so a flood of them cannot starve the
+/// reads of those already accepted.
+const ACCEPTS_PER_PASS: usize = 64;
+
 /// Rank 0's side: serves every client at once (non-blocking), so a slow
 /// or silent one holds up nobody. A client that does not speak the
 /// rendezvous protocol at all is dropped with a warning; a rank that does
 /// but disagrees with this one (another WORLD_SIZE, a rank out of range, a
-/// protocol version) fails the rendezvous at once, everyone told why.
+/// protocol version) fails the rendezvous at once, and every client rank 0
+/// holds is told why.
 fn serve(
     env: &RankEnv,
     mine: SocketAddrV4,
@@ -226,40 +236,53 @@ fn serve(
     table[0] = Some(mine);
     let mut checked_in: Vec<TcpStream> = Vec::new();
     let mut pending: Vec<Pending> = Vec::new();
-    let tell_all = |streams: &mut Vec<TcpStream>, msg: &str| {
-        for s in streams.iter_mut() {
-            let _ = s.set_nonblocking(false);
-            let _ = s.set_write_timeout(Some(Duration::from_secs(1)));
-            let _ = writeln!(s, "err {msg}");
+    // Tells everyone it holds (and whoever waits in the listen queue) why
+    // the rendezvous failed, then returns that failure.
+    let give_up = |checked_in: Vec<TcpStream>, pending: Vec<Pending>, why: String| {
+        let mut all = checked_in;
+        all.extend(pending.into_iter().map(|p| p.stream));
+        while let Ok((s, _)) = listener.accept() {
+            all.push(s);
+            if all.len() > MAX_PENDING * 2 {
+                break;
+            }
         }
+        let _ = answer_all(&mut all, &format!("err {why}\n"));
+        Err(Error::Rendezvous(why))
     };
     while table.iter().any(Option::is_none) {
         if Instant::now() >= deadline {
             let missing: Vec<usize> = (0..env.world).filter(|&r| table[r].is_none()).collect();
-            tell_all(
-                &mut checked_in,
-                &format!("rendezvous timed out, ranks {missing:?} never came"),
-            );
-            return Err(Error::Rendezvous(format!(
+            return give_up(checked_in, pending, format!(
                 "ranks {missing:?} did not check in at port {port} in time: are they started with the same MASTER_ADDR/MASTER_PORT?"
-            )));
+            ));
         }
         let mut moved = false;
-        loop {
+        for _ in 0..ACCEPTS_PER_PASS {
             match listener.accept() {
                 Ok((stream, _)) => {
                     moved = true;
-                    if stream.set_nonblocking(true).is_ok() {
-                        pending.push(Pending {
-                            stream,
-                            line: Vec::new(),
-                            since: Instant::now(),
-                        });
+                    if stream.set_nonblocking(true).is_err() {
+                        continue;
                     }
+                    if pending.len() == MAX_PENDING {
+                        let oldest = pending.remove(0);
+                        warn!(peer = ?oldest.stream.peer_addr().ok(), "rendezvous: too many clients waiting, dropped the oldest");
+                    }
+                    pending.push(Pending {
+                        stream,
+                        line: Vec::new(),
+                        since: Instant::now(),
+                    });
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(Error::Rendezvous(format!("accept: {e}"))),
+                // Out of file descriptors, or a client that reset before
+                // we took it: try again next pass.
+                Err(e) => {
+                    warn!(error = %e, "rendezvous: accept failed");
+                    break;
+                }
             }
         }
         let mut i = 0;
@@ -270,7 +293,7 @@ fn serve(
                     continue;
                 }
                 Reading::Gone(why) => {
-                    let p = pending.swap_remove(i);
+                    let p = pending.remove(i);
                     warn!(peer = ?p.stream.peer_addr().ok(), why, "rendezvous: dropped a client");
                     moved = true;
                     continue;
@@ -278,7 +301,7 @@ fn serve(
                 Reading::Line(line) => line,
             };
             moved = true;
-            let mut s = pending.swap_remove(i).stream;
+            let mut s = pending.remove(i).stream;
             if !line.starts_with(PROTO_FAMILY) {
                 warn!(peer = ?s.peer_addr().ok(), line = %line.escape_debug(), "rendezvous: dropped a client that is not an ainftp rank");
                 continue;
@@ -289,12 +312,14 @@ fn serve(
                     checked_in.push(s);
                 }
                 Ok((rank, _)) => {
-                    let _ = writeln!(s, "err rank {rank} checked in twice");
+                    let _ = answer_all(
+                        std::slice::from_mut(&mut s),
+                        &format!("err rank {rank} checked in twice\n"),
+                    );
                 }
                 Err(why) => {
                     checked_in.push(s);
-                    tell_all(&mut checked_in, &why);
-                    return Err(Error::Rendezvous(why));
+                    return give_up(checked_in, pending, why);
                 }
             }
         }
@@ -307,14 +332,31 @@ fn serve(
     for a in &table {
         reply.push_str(&format!("{a}\n"));
     }
-    for s in &mut checked_in {
-        let left = deadline.saturating_duration_since(Instant::now());
-        let _ = s.set_nonblocking(false);
-        let _ = s.set_write_timeout(Some(left.max(Duration::from_secs(1))));
-        s.write_all(reply.as_bytes())
-            .map_err(|e| Error::Rendezvous(format!("sending the table: {e}")))?;
-    }
+    answer_all(&mut checked_in, &reply)
+        .map_err(|e| Error::Rendezvous(format!("sending the table: {e}")))?;
     Ok(table)
+}
+
+/// How long rank 0 gives all its answers together (a rank that does not
+/// read its answer in this time has gone).
+const ANSWER_LIMIT: Duration = Duration::from_secs(2);
+
+/// Writes `text` to every stream, each as far as it will go within one
+/// shared `ANSWER_LIMIT`; the first error, after trying them all.
+fn answer_all(streams: &mut [TcpStream], text: &str) -> std::io::Result<()> {
+    let by = Instant::now() + ANSWER_LIMIT;
+    let mut first_error = None;
+    for s in streams {
+        let left = by.saturating_duration_since(Instant::now());
+        let r = s
+            .set_nonblocking(false)
+            .and_then(|()| s.set_write_timeout(Some(left.max(Duration::from_millis(1)))))
+            .and_then(|()| s.write_all(text.as_bytes()));
+        if let Err(e) = r {
+            first_error.get_or_insert(e);
+        }
+    }
+    first_error.map_or(Ok(()), Err)
 }
 
 fn check_in(line: &str, world: usize) -> std::result::Result<(usize, SocketAddrV4), String> {
@@ -571,9 +613,9 @@ mod tests {
                 Duration::from_secs(20),
             )
         });
-        // A client that says nothing and stays, one that speaks another
+        // 300 clients that say nothing and stay, one that speaks another
         // protocol, and one that leaves mid-line: all before rank 1.
-        let _silent = dial(port);
+        let _silent: Vec<TcpStream> = (0..300).map(|_| dial(port)).collect();
         let mut http = dial(port);
         http.write_all(b"GET / HTTP/1.0\r\n\r\n").unwrap();
         let mut half = dial(port);
@@ -612,14 +654,12 @@ mod tests {
                 Duration::from_secs(20),
             )
         });
-        let waiting = std::thread::spawn(move || {
-            exchange(
-                &rank_env(1, 3, port),
-                wildcard(41101),
-                Duration::from_secs(20),
-            )
-        });
-        std::thread::sleep(Duration::from_millis(200));
+        // Rank 1 has checked in (or sits in the listen queue) when the
+        // rank with the wrong WORLD_SIZE comes: it must be told why too.
+        let mut waiting = dial(port);
+        waiting
+            .write_all(b"ainftp-rdv/1 1 3 127.0.0.1:41101\n")
+            .unwrap();
         let wrong = exchange(
             &rank_env(2, 4, port),
             wildcard(41102),
@@ -628,13 +668,18 @@ mod tests {
         .unwrap_err()
         .to_string();
         let e0 = rank0.join().unwrap().unwrap_err().to_string();
-        let e1 = waiting.join().unwrap().unwrap_err().to_string();
+        let mut told = String::new();
+        waiting
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        let _ = waiting.read_to_string(&mut told);
         assert!(
             start.elapsed() < Duration::from_secs(5),
             "{:?}",
             start.elapsed()
         );
-        for e in [&wrong, &e0, &e1] {
+        assert!(told.starts_with("err "), "{told:?}");
+        for e in [&wrong, &e0, &told] {
             assert!(
                 e.contains("WORLD_SIZE 4") && e.contains("rank 0 has 3"),
                 "{e}"
