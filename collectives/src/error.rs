@@ -92,6 +92,8 @@ pub enum Error {
         /// The peer left after a failure of its own (not a clean shutdown).
         failed: bool,
     },
+    #[error("rank {rank} ({addr}) is gone: its UDP port is closed (ICMP port unreachable), so its process exited or crashed without saying goodbye (during collective {seq})")]
+    PeerGone { rank: usize, addr: String, seq: u32 },
     #[error("could not connect to ranks {missing:?} within {waited_ms} ms: are they running, and are their addresses reachable from here?")]
     ConnectTimeout { missing: Vec<usize>, waited_ms: u64 },
     #[error("protocol violation on the connection to {peer}: {reason}")]

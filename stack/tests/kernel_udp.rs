@@ -645,3 +645,40 @@ fn released_datagrams_are_reused_by_alloc_with_a_clean_header() {
     assert_eq!(again.local_port(), to.port());
     assert_eq!(again.peer(), SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0));
 }
+
+#[test]
+fn a_closed_peer_port_is_reported_and_sends_to_others_still_go_out() {
+    let mut io = bind(cfg());
+    let mut live = bind(cfg());
+    let closed = {
+        let gone = bind(cfg());
+        gone.local_addr()
+    }; // its socket is closed here: nobody listens at `closed` now
+    let mut bufs = vec![make(&mut io, closed, 0, 100)];
+    send_all(&mut io, &mut bufs);
+    // The ICMP port unreachable comes back at once on loopback; the next
+    // sends, to a live peer, must not be eaten by the pending error.
+    let end = Instant::now() + DEADLINE;
+    let mut found = Vec::new();
+    while found.is_empty() && Instant::now() < end {
+        found = io.take_closed_ports();
+        thread::sleep(Duration::from_millis(1));
+    }
+    assert_eq!(found, vec![closed]);
+    assert_eq!(io.stats().port_unreachable, 1);
+    assert!(io.take_closed_ports().is_empty(), "taken once");
+
+    let mut bufs = vec![make(&mut io, closed, 1, 100)];
+    send_all(&mut io, &mut bufs);
+    thread::sleep(Duration::from_millis(20)); // the second ICMP error is pending
+    let mut bufs: Vec<_> = (2..12)
+        .map(|s| make(&mut io, live.local_addr(), s, 200))
+        .collect();
+    send_all(&mut io, &mut bufs);
+    let (got, _) = recv_n(&mut live, 10, 32);
+    let want: Vec<(u32, usize)> = (2..12).map(|s| (s, 200)).collect();
+    let to_port = live.local_addr().port();
+    check(&got, &want, io.local_addr(), to_port, "after a closed port");
+    assert_eq!(io.stats().tx_dropped, 0);
+    assert_eq!(io.take_closed_ports(), vec![closed]);
+}

@@ -239,7 +239,12 @@ fn dead_dpdk_rank_is_a_clear_error_and_the_network_is_removed() {
         "--fault-exit-rank",
         "2",
     ]);
-    common::assert_dead_rank_named(&out, start.elapsed(), Duration::from_secs(40));
+    common::assert_dead_rank_named(
+        &out,
+        start.elapsed(),
+        Duration::from_secs(40),
+        "sent nothing",
+    );
     assert_eq!(
         links_left(pid),
         Vec::<String>::new(),

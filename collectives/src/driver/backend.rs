@@ -23,6 +23,13 @@ pub trait Backend: PacketIo {
 
     /// The UDP port datagrams are sent from.
     fn local_port(&self) -> u16;
+
+    /// Peer addresses found closed since the last call (nobody listens
+    /// there: the peer's process is gone). Backends that cannot tell
+    /// return none, and a dead peer is found by its silence instead.
+    fn take_closed_ports(&mut self) -> Vec<SocketAddrV4> {
+        Vec::new()
+    }
 }
 
 impl Backend for KernelUdp {
@@ -41,6 +48,10 @@ impl Backend for KernelUdp {
 
     fn local_port(&self) -> u16 {
         self.local_addr().port()
+    }
+
+    fn take_closed_ports(&mut self) -> Vec<SocketAddrV4> {
+        KernelUdp::take_closed_ports(self)
     }
 }
 

@@ -521,9 +521,18 @@ impl<B: Backend> Communicator<B> {
     }
 
     /// A peer that said goodbye before completing the running collective
-    /// will never send the rest of it.
+    /// will never send the rest of it; one whose port closed without a
+    /// goodbye crashed.
     fn check_departed(&self) -> Result<()> {
         let seq = self.engine.seq();
+        let said_goodbye = |r: usize| self.mesh.departed().iter().any(|&(d, _)| d == r);
+        if let Some(&rank) = self.mesh.gone().iter().find(|&&r| !said_goodbye(r)) {
+            return Err(Error::PeerGone {
+                rank,
+                addr: self.mesh.addr_of(rank).to_string(),
+                seq,
+            });
+        }
         // `seq` at or after the first collective the peer did not complete
         // (sequence numbers wrap).
         let missed = |completed: u32| seq.wrapping_sub(completed) < 1 << 31;

@@ -104,6 +104,8 @@ pub struct Mesh<B: Backend> {
     last_heard: Vec<Instant>,
     /// Ranks that said goodbye, in the order they did.
     departed: Vec<(usize, Goodbye)>,
+    /// Ranks whose address the backend found closed, in that order.
+    gone: Vec<usize>,
     /// Bytes queued in link queues, not yet accepted by QUIC.
     pending: usize,
     /// Rounds run (`turn` calls), for occasional backend upkeep.
@@ -167,6 +169,7 @@ impl<B: Backend> Mesh<B> {
             peers,
             last_heard: vec![Instant::now(); world],
             departed: Vec::new(),
+            gone: Vec::new(),
             pending: 0,
             rounds: 0,
             closing: false,
@@ -285,6 +288,27 @@ impl<B: Backend> Mesh<B> {
         self.last_heard[rank]
     }
 
+    /// Ranks whose address was found closed (their process is gone), in
+    /// the order found.
+    pub fn gone(&self) -> &[usize] {
+        &self.gone
+    }
+
+    fn note_closed_ports(&mut self) {
+        for addr in self.io.inner.take_closed_ports() {
+            let rank = self
+                .links
+                .iter()
+                .find(|l| l.addr == addr)
+                .and_then(|l| l.rank)
+                .or_else(|| self.peers.iter().position(|&p| p == addr));
+            if let Some(r) = rank.filter(|&r| r != self.rank && !self.gone.contains(&r)) {
+                debug!(rank = r, %addr, "peer's port is closed");
+                self.gone.push(r);
+            }
+        }
+    }
+
     /// Ranks that said goodbye, in the order they did (the first is the
     /// likeliest cause when others left because of it).
     pub fn departed(&self) -> &[(usize, Goodbye)] {
@@ -331,6 +355,7 @@ impl<B: Backend> Mesh<B> {
         self.rounds = self.rounds.wrapping_add(1);
         if work == 0 || self.rounds.is_multiple_of(64) {
             self.io.poll(now);
+            self.note_closed_ports();
         }
         for l in &self.links {
             if let Some(r) = l.rank {

@@ -37,8 +37,11 @@
 //!   shuts down (or drops its communicator) first sends a goodbye frame
 //!   naming how many collectives it completed; a peer in a later one
 //!   fails at once with [`Error::PeerLeft`] (uneven iteration counts are
-//!   named, not timed out). After such an error the communicator refuses
-//!   further work ([`Error::Failed`]).
+//!   named, not timed out). Over kernel UDP a rank whose process died
+//!   without a word is found by its closed port (the kernel's ICMP port
+//!   unreachable, read from the socket's error queue): [`Error::PeerGone`]
+//!   in milliseconds instead of a timeout. After such an error the
+//!   communicator refuses further work ([`Error::Failed`]).
 //!   `timeout` must exceed how late a healthy rank may enter a collective.
 //! * **To the GPU.** [`DevicePipeline`] all-reduces a step's buckets in
 //!   order and copies each reduced bucket to device memory while the next
@@ -50,6 +53,7 @@
 //! [`Error::PeerTimeout`]: crate::Error::PeerTimeout
 //! [`Error::PeerClosed`]: crate::Error::PeerClosed
 //! [`Error::PeerLeft`]: crate::Error::PeerLeft
+//! [`Error::PeerGone`]: crate::Error::PeerGone
 //! [`Error::Failed`]: crate::Error::Failed
 
 pub mod backend;

@@ -16,6 +16,11 @@
 //!   with `EMSGSIZE` and are dropped and counted.
 //! - Datagrams larger than `max_payload` that arrive are dropped and counted
 //!   in `rx_errors` (they cannot be represented in a `KernelDatagram`).
+//! - `IP_RECVERR` is on: an ICMP port unreachable for a datagram we sent
+//!   (nobody listens at that address any more: the peer's process is gone)
+//!   is read from the socket's error queue and kept for
+//!   [`KernelUdp::take_closed_ports`]. A send or receive that the kernel
+//!   fails with that pending error is retried once the queue is read.
 
 use std::collections::VecDeque;
 use std::io::{self, IoSliceMut};
@@ -124,6 +129,10 @@ pub struct KernelUdpStats {
     /// Datagrams dropped because their `local_port` was not this socket's
     /// port (a programming error; also counted in `tx_dropped`).
     pub wrong_source_port: u64,
+    /// ICMP port unreachable errors read from the error queue.
+    pub port_unreachable: u64,
+    /// Other errors read from the error queue (host unreachable, too big).
+    pub icmp_other: u64,
 }
 
 /// Errors from [`KernelUdp::bind`]; each message names the fix.
@@ -211,7 +220,12 @@ pub struct KernelUdp {
     gso_scratch: Vec<u8>,
     stats: KernelUdpStats,
     wrong_port_logged: bool,
+    /// Destinations reported closed (ICMP port unreachable), not yet taken.
+    closed_ports: Vec<SocketAddrV4>,
 }
+
+/// Most closed ports kept until taken (later ones are dropped).
+const CLOSED_PORTS_MAX: usize = 1024;
 
 impl std::fmt::Debug for KernelUdp {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -293,6 +307,13 @@ impl KernelUdp {
                 source: e,
             })?;
 
+        state
+            .enable_transport_errors(UdpSockRef::from(&socket))
+            .map_err(|e| KernelUdpError::Socket {
+                what: "enable IP_RECVERR",
+                source: e,
+            })?;
+
         let gso = cfg.gso && state.max_gso_segments() > 1;
         let mut gro = state.gro_segments() > 1;
         if gro && !cfg.gro {
@@ -350,7 +371,53 @@ impl KernelUdp {
             gso_scratch: Vec::new(),
             stats: KernelUdpStats::default(),
             wrong_port_logged: false,
+            closed_ports: Vec::new(),
         })
+    }
+
+    /// Destinations the kernel reported closed since the last call: an
+    /// ICMP port unreachable came back for a datagram sent there, so no
+    /// socket is bound there now (the peer's process exited or crashed).
+    pub fn take_closed_ports(&mut self) -> Vec<SocketAddrV4> {
+        self.read_error_queue();
+        std::mem::take(&mut self.closed_ports)
+    }
+
+    /// Reads the socket's error queue (non-blocking) and keeps the
+    /// destinations of port-unreachable errors. The queue's messages carry
+    /// the original datagram's destination as their address.
+    fn read_error_queue(&mut self) {
+        use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags, SockaddrIn};
+        use std::os::fd::AsRawFd;
+        let fd = self.socket.as_raw_fd();
+        // The error itself, and the IP_PKTINFO / IP_TOS that quinn-udp
+        // asks for on every message (a Vec: cmsg headers need alignment).
+        let mut cmsg = vec![0u8; 256];
+        loop {
+            let mut payload = [0u8; 1];
+            let mut iov = [IoSliceMut::new(&mut payload)];
+            let flags = MsgFlags::MSG_ERRQUEUE | MsgFlags::MSG_DONTWAIT;
+            let Ok(msg) = recvmsg::<SockaddrIn>(fd, &mut iov, Some(&mut cmsg), flags) else {
+                return; // EAGAIN: the queue is empty
+            };
+            let dest = msg.address.map(|a| SocketAddrV4::new(a.ip(), a.port()));
+            let refused = msg.cmsgs().into_iter().flatten().any(|c| {
+                matches!(c, ControlMessageOwned::Ipv4RecvErr(e, _)
+                    if e.ee_origin == nix::libc::SO_EE_ORIGIN_ICMP
+                        && e.ee_errno == nix::libc::ECONNREFUSED as u32)
+            });
+            match dest {
+                Some(d) if refused => {
+                    self.stats.port_unreachable += 1;
+                    if !self.closed_ports.contains(&d) && self.closed_ports.len() < CLOSED_PORTS_MAX
+                    {
+                        tracing::debug!(local = %self.local, peer = %d, "ICMP port unreachable");
+                        self.closed_ports.push(d);
+                    }
+                }
+                _ => self.stats.icmp_other += 1,
+            }
+        }
     }
 
     /// The bound address (with the actual port when bound to port 0).
@@ -512,6 +579,11 @@ impl PacketIo for KernelUdp {
         let msgs = match res {
             Ok(n) => n,
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => return got,
+            // A pending ICMP error, reported instead of data: read it.
+            Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {
+                self.read_error_queue();
+                return got;
+            }
             Err(e) => {
                 tracing::debug!(local = %self.local, error = %e, "recvmmsg failed");
                 self.stats.rx_errors += 1;
@@ -566,6 +638,9 @@ impl PacketIo for KernelUdp {
     fn send_burst(&mut self, bufs: &mut Vec<KernelDatagram>) -> usize {
         let port = self.local.port();
         let mut i = 0;
+        // A send failed with an ICMP error pending from an earlier datagram
+        // (perhaps to another peer) is retried once, after reading it.
+        let mut retried_at = None;
         while i < bufs.len() {
             if bufs[i].local_port != port {
                 self.stats.wrong_source_port += 1;
@@ -625,6 +700,10 @@ impl PacketIo for KernelUdp {
                     i += n;
                 }
                 Err(e) if is_backpressure(&e) => break,
+                Err(e) if e.kind() == io::ErrorKind::ConnectionRefused && retried_at != Some(i) => {
+                    self.read_error_queue();
+                    retried_at = Some(i);
+                }
                 Err(e) if n > 1 && self.state.max_gso_segments() <= 1 => {
                     // quinn-udp turned GSO off after EIO/EINVAL: resend this
                     // run one datagram at a time instead of dropping it.
@@ -648,8 +727,11 @@ impl PacketIo for KernelUdp {
         self.recycle(buf);
     }
 
-    /// Nothing to do: the kernel runs all timers.
-    fn poll(&mut self, _now: Instant) {}
+    /// The kernel runs all timers; reads ICMP errors that no send or
+    /// receive has reported yet.
+    fn poll(&mut self, _now: Instant) {
+        self.read_error_queue();
+    }
 
     /// The bound IP. A socket bound to 0.0.0.0 returns 0.0.0.0: the kernel
     /// picks the source address per destination by routing.

@@ -52,7 +52,14 @@ pub fn check_rows(rows: &[Value], max_err: f64, identical: bool) {
 
 /// A run where rank 2 exited on purpose (`--fault-exit-rank 2`) failed
 /// within `limit`, without a panic, and a survivor named rank 2.
-pub fn assert_dead_rank_named(out: &Output, took: std::time::Duration, limit: std::time::Duration) {
+/// The run failed within `limit`, and the survivors named rank 2 with a
+/// message containing `how` (how its death was found).
+pub fn assert_dead_rank_named(
+    out: &Output,
+    took: std::time::Duration,
+    limit: std::time::Duration,
+    how: &str,
+) {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "{stderr}");
     assert!(took < limit, "took {took:?}: {stderr}");
@@ -60,7 +67,7 @@ pub fn assert_dead_rank_named(out: &Output, took: std::time::Duration, limit: st
     assert!(
         stderr
             .lines()
-            .any(|l| l.contains("rank 2") && l.contains("sent nothing")),
+            .any(|l| l.contains("rank 2") && l.contains(how)),
         "the survivors name the dead rank: {stderr}"
     );
 }
