@@ -367,3 +367,27 @@ fn the_rendezvous_and_the_connections_share_one_connect_timeout() {
     assert!(late_rank.join().unwrap().starts_with("ok 2"));
     drop(mute);
 }
+
+#[test]
+fn a_peer_that_binds_late_is_not_taken_for_dead() {
+    // Rank 0 dials before rank 1 has bound its socket: the kernel answers
+    // its first handshake packets with ICMP port unreachable. Once rank 1
+    // is up and answers, that must not count as a dead rank 1.
+    let peers = common::loopback_addrs(2);
+    let hs: Vec<_> = (0..2)
+        .map(|r| {
+            let peers = peers.clone();
+            std::thread::spawn(move || {
+                if r == 1 {
+                    std::thread::sleep(Duration::from_millis(500));
+                }
+                let mut c = Communicator::new(r, 2, peers, DriverConfig::default()).unwrap();
+                let mut buf = vec![1.0f32; 1000];
+                c.all_reduce(&mut buf, ReduceOp::Sum).map(|()| buf[0])
+            })
+        })
+        .collect();
+    for (r, h) in hs.into_iter().enumerate() {
+        assert_eq!(h.join().unwrap(), Ok(2.0), "rank {r}");
+    }
+}

@@ -661,6 +661,7 @@ fn a_closed_peer_port_is_reported_and_sends_to_others_still_go_out() {
     let end = Instant::now() + DEADLINE;
     let mut found = Vec::new();
     while found.is_empty() && Instant::now() < end {
+        io.poll(Instant::now());
         found = io.take_closed_ports();
         thread::sleep(Duration::from_millis(1));
     }
@@ -680,5 +681,6 @@ fn a_closed_peer_port_is_reported_and_sends_to_others_still_go_out() {
     let to_port = live.local_addr().port();
     check(&got, &want, io.local_addr(), to_port, "after a closed port");
     assert_eq!(io.stats().tx_dropped, 0);
+    io.poll(Instant::now());
     assert_eq!(io.take_closed_ports(), vec![closed]);
 }

@@ -526,7 +526,7 @@ impl<B: Backend> Communicator<B> {
     fn check_departed(&self) -> Result<()> {
         let seq = self.engine.seq();
         let said_goodbye = |r: usize| self.mesh.departed().iter().any(|&(d, _)| d == r);
-        if let Some(&rank) = self.mesh.gone().iter().find(|&&r| !said_goodbye(r)) {
+        if let Some(rank) = self.mesh.gone().find(|&r| !said_goodbye(r)) {
             return Err(Error::PeerGone {
                 rank,
                 addr: self.mesh.addr_of(rank).to_string(),

@@ -104,8 +104,11 @@ pub struct Mesh<B: Backend> {
     last_heard: Vec<Instant>,
     /// Ranks that said goodbye, in the order they did.
     departed: Vec<(usize, Goodbye)>,
-    /// Ranks whose address the backend found closed, in that order.
-    gone: Vec<usize>,
+    /// Ranks whose address was found closed, with when, in that order.
+    closed: Vec<(usize, Instant)>,
+    /// When each rank last sent us a datagram (only datagrams: unlike
+    /// `last_heard`, never moved by `reset_liveness`).
+    last_datagram: Vec<Option<Instant>>,
     /// Bytes queued in link queues, not yet accepted by QUIC.
     pending: usize,
     /// Rounds run (`turn` calls), for occasional backend upkeep.
@@ -169,7 +172,8 @@ impl<B: Backend> Mesh<B> {
             peers,
             last_heard: vec![Instant::now(); world],
             departed: Vec::new(),
-            gone: Vec::new(),
+            closed: Vec::new(),
+            last_datagram: vec![None; world],
             pending: 0,
             rounds: 0,
             closing: false,
@@ -249,6 +253,9 @@ impl<B: Backend> Mesh<B> {
                 })
                 .collect();
             if missing.is_empty() && self.pending == 0 {
+                // Every peer answered: a port found closed while dialling
+                // was one not bound yet.
+                self.closed.clear();
                 return Ok(());
             }
             if start.elapsed() > limit {
@@ -288,23 +295,32 @@ impl<B: Backend> Mesh<B> {
         self.last_heard[rank]
     }
 
-    /// Ranks whose address was found closed (their process is gone), in
-    /// the order found.
-    pub fn gone(&self) -> &[usize] {
-        &self.gone
+    /// Ranks whose address was found closed and that have sent nothing
+    /// since: their process is gone (a crashed peer never sends again; one
+    /// that had not bound yet, or a firewall's passing reject, is cleared
+    /// by its next datagram).
+    pub fn gone(&self) -> impl Iterator<Item = usize> + '_ {
+        self.closed
+            .iter()
+            .filter(|&&(r, at)| self.last_datagram[r].is_none_or(|heard| heard < at))
+            .map(|&(r, _)| r)
     }
 
-    fn note_closed_ports(&mut self) {
+    fn note_closed_ports(&mut self, now: Instant) {
         for addr in self.io.inner.take_closed_ports() {
             let rank = self
                 .links
                 .iter()
-                .find(|l| l.addr == addr)
+                .find(|l| l.addr == addr && l.rank.is_some())
                 .and_then(|l| l.rank)
                 .or_else(|| self.peers.iter().position(|&p| p == addr));
-            if let Some(r) = rank.filter(|&r| r != self.rank && !self.gone.contains(&r)) {
-                debug!(rank = r, %addr, "peer's port is closed");
-                self.gone.push(r);
+            let Some(r) = rank.filter(|&r| r != self.rank) else {
+                continue;
+            };
+            debug!(rank = r, %addr, "peer's port is closed");
+            match self.closed.iter_mut().find(|(c, _)| *c == r) {
+                Some(entry) => entry.1 = now,
+                None => self.closed.push((r, now)),
             }
         }
     }
@@ -355,12 +371,13 @@ impl<B: Backend> Mesh<B> {
         self.rounds = self.rounds.wrapping_add(1);
         if work == 0 || self.rounds.is_multiple_of(64) {
             self.io.poll(now);
-            self.note_closed_ports();
+            self.note_closed_ports(now);
         }
         for l in &self.links {
             if let Some(r) = l.rank {
                 if self.io.take_heard(l.slot) {
                     self.last_heard[r] = now;
+                    self.last_datagram[r] = Some(now);
                 }
             }
         }

@@ -20,7 +20,8 @@
 //!   (nobody listens at that address any more: the peer's process is gone)
 //!   is read from the socket's error queue and kept for
 //!   [`KernelUdp::take_closed_ports`]. A send or receive that the kernel
-//!   fails with that pending error is retried once the queue is read.
+//!   fails with a pending ICMP error (port or host unreachable, too big) is
+//!   retried once the queue is read.
 
 use std::collections::VecDeque;
 use std::io::{self, IoSliceMut};
@@ -222,6 +223,10 @@ pub struct KernelUdp {
     wrong_port_logged: bool,
     /// Destinations reported closed (ICMP port unreachable), not yet taken.
     closed_ports: Vec<SocketAddrV4>,
+    /// Control-message space for error-queue reads: the error and the
+    /// IP_PKTINFO / TOS / timestamp that quinn-udp asks for on every
+    /// message (heap: cmsg headers need alignment).
+    errqueue_cmsg: Vec<u8>,
 }
 
 /// Most closed ports kept until taken (later ones are dropped).
@@ -372,45 +377,52 @@ impl KernelUdp {
             stats: KernelUdpStats::default(),
             wrong_port_logged: false,
             closed_ports: Vec::new(),
+            errqueue_cmsg: vec![0; 256],
         })
     }
 
     /// Destinations the kernel reported closed since the last call: an
     /// ICMP port unreachable came back for a datagram sent there, so no
-    /// socket is bound there now (the peer's process exited or crashed).
+    /// socket was bound there then (a peer's process exited or crashed, or
+    /// had not bound yet). Found by the last `poll`, send or receive.
     pub fn take_closed_ports(&mut self) -> Vec<SocketAddrV4> {
-        self.read_error_queue();
         std::mem::take(&mut self.closed_ports)
     }
 
     /// Reads the socket's error queue (non-blocking) and keeps the
-    /// destinations of port-unreachable errors. The queue's messages carry
-    /// the original datagram's destination as their address.
-    fn read_error_queue(&mut self) {
+    /// destinations of port-unreachable errors (the queue's messages carry
+    /// the original datagram's destination as their address). Returns how
+    /// many errors it read.
+    fn read_error_queue(&mut self) -> usize {
         use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags, SockaddrIn};
         use std::os::fd::AsRawFd;
         let fd = self.socket.as_raw_fd();
-        // The error itself, and the IP_PKTINFO / IP_TOS that quinn-udp
-        // asks for on every message (a Vec: cmsg headers need alignment).
-        let mut cmsg = vec![0u8; 256];
+        let mut read = 0;
         loop {
-            let mut payload = [0u8; 1];
-            let mut iov = [IoSliceMut::new(&mut payload)];
-            let flags = MsgFlags::MSG_ERRQUEUE | MsgFlags::MSG_DONTWAIT;
-            let Ok(msg) = recvmsg::<SockaddrIn>(fd, &mut iov, Some(&mut cmsg), flags) else {
-                return; // EAGAIN: the queue is empty
+            let (dest, refused) = {
+                let mut payload = [0u8; 1];
+                let mut iov = [IoSliceMut::new(&mut payload)];
+                let flags = MsgFlags::MSG_ERRQUEUE | MsgFlags::MSG_DONTWAIT;
+                let cmsg = Some(&mut self.errqueue_cmsg[..]);
+                let Ok(msg) = recvmsg::<SockaddrIn>(fd, &mut iov, cmsg, flags) else {
+                    return read; // EAGAIN: the queue is empty
+                };
+                let refused = msg.cmsgs().into_iter().flatten().any(|c| {
+                    matches!(c, ControlMessageOwned::Ipv4RecvErr(e, _)
+                        if e.ee_origin == nix::libc::SO_EE_ORIGIN_ICMP
+                            && e.ee_errno == nix::libc::ECONNREFUSED as u32)
+                });
+                (
+                    msg.address.map(|a| SocketAddrV4::new(a.ip(), a.port())),
+                    refused,
+                )
             };
-            let dest = msg.address.map(|a| SocketAddrV4::new(a.ip(), a.port()));
-            let refused = msg.cmsgs().into_iter().flatten().any(|c| {
-                matches!(c, ControlMessageOwned::Ipv4RecvErr(e, _)
-                    if e.ee_origin == nix::libc::SO_EE_ORIGIN_ICMP
-                        && e.ee_errno == nix::libc::ECONNREFUSED as u32)
-            });
+            read += 1;
             match dest {
                 Some(d) if refused => {
                     self.stats.port_unreachable += 1;
-                    if !self.closed_ports.contains(&d) && self.closed_ports.len() < CLOSED_PORTS_MAX
-                    {
+                    let room = self.closed_ports.len() < CLOSED_PORTS_MAX;
+                    if room && !self.closed_ports.contains(&d) {
                         tracing::debug!(local = %self.local, peer = %d, "ICMP port unreachable");
                         self.closed_ports.push(d);
                     }
@@ -579,11 +591,9 @@ impl PacketIo for KernelUdp {
         let msgs = match res {
             Ok(n) => n,
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => return got,
-            // A pending ICMP error, reported instead of data: read it.
-            Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {
-                self.read_error_queue();
-                return got;
-            }
+            // An ICMP error the kernel reported instead of data: read it
+            // and take the data next call.
+            Err(_) if self.read_error_queue() > 0 => return got,
             Err(e) => {
                 tracing::debug!(local = %self.local, error = %e, "recvmmsg failed");
                 self.stats.rx_errors += 1;
@@ -638,8 +648,9 @@ impl PacketIo for KernelUdp {
     fn send_burst(&mut self, bufs: &mut Vec<KernelDatagram>) -> usize {
         let port = self.local.port();
         let mut i = 0;
-        // A send failed with an ICMP error pending from an earlier datagram
-        // (perhaps to another peer) is retried once, after reading it.
+        // A send that the kernel failed with an ICMP error pending from an
+        // earlier datagram (perhaps to another peer: port or host
+        // unreachable, too big) is retried once, after reading it.
         let mut retried_at = None;
         while i < bufs.len() {
             if bufs[i].local_port != port {
@@ -700,8 +711,7 @@ impl PacketIo for KernelUdp {
                     i += n;
                 }
                 Err(e) if is_backpressure(&e) => break,
-                Err(e) if e.kind() == io::ErrorKind::ConnectionRefused && retried_at != Some(i) => {
-                    self.read_error_queue();
+                Err(_) if retried_at != Some(i) && self.read_error_queue() > 0 => {
                     retried_at = Some(i);
                 }
                 Err(e) if n > 1 && self.state.max_gso_segments() <= 1 => {
