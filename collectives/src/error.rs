@@ -81,7 +81,7 @@ pub enum Error {
         addr: String,
         reason: String,
     },
-    #[error("{}", peer_left(*rank, addr, *completed, *seq, *failed))]
+    #[error("{}", peer_left(*rank, addr, *completed, *seq, *failed, *cause))]
     PeerLeft {
         rank: usize,
         addr: String,
@@ -91,6 +91,8 @@ pub enum Error {
         seq: u32,
         /// The peer left after a failure of its own (not a clean shutdown).
         failed: bool,
+        /// The rank the peer's failure named, if any.
+        cause: Option<usize>,
     },
     #[error("rank {rank} ({addr}) is gone: its UDP port is closed (ICMP port unreachable), so its process exited or crashed without saying goodbye (during collective {seq})")]
     PeerGone { rank: usize, addr: String, seq: u32 },
@@ -108,11 +110,33 @@ pub enum Error {
     Failed(Box<Error>),
 }
 
-fn peer_left(rank: usize, addr: &str, completed: u32, seq: u32, failed: bool) -> String {
-    let cause = if failed {
-        "its own collective failed"
-    } else {
-        "every rank must run the same collectives"
+impl Error {
+    /// The peer this error blames, followed back to the root cause when a
+    /// peer left because of another: what a failing rank's goodbye names.
+    pub fn peer_at_fault(&self) -> Option<usize> {
+        match self {
+            Error::PeerTimeout { rank, .. }
+            | Error::PeerClosed { rank, .. }
+            | Error::PeerGone { rank, .. } => Some(*rank),
+            Error::PeerLeft { rank, cause, .. } => Some(cause.unwrap_or(*rank)),
+            Error::Failed(e) => e.peer_at_fault(),
+            _ => None,
+        }
+    }
+}
+
+fn peer_left(
+    rank: usize,
+    addr: &str,
+    completed: u32,
+    seq: u32,
+    failed: bool,
+    cause: Option<usize>,
+) -> String {
+    let cause = match (failed, cause) {
+        (true, Some(c)) => format!("its own collective failed because of rank {c}"),
+        (true, None) => "its own collective failed".into(),
+        (false, _) => "every rank must run the same collectives".into(),
     };
     format!(
         "rank {rank} ({addr}) left after completing {completed} collective(s); this rank is in collective {seq} (0-based), which cannot complete without it: {cause}"

@@ -263,6 +263,15 @@ fn a_rank_that_dies_is_named_at_once_not_after_the_timeout() {
         Duration::from_secs(15),
         "its UDP port is closed",
     );
+    // Both survivors blame rank 2: the one that found it gone directly,
+    // and the other through that one's goodbye, which names the cause.
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let blames: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.contains("is gone") || l.contains("left after"))
+        .collect();
+    assert_eq!(blames.len(), 2, "{stderr}");
+    assert!(blames.iter().all(|l| l.contains("rank 2")), "{stderr}");
 }
 
 #[test]

@@ -415,7 +415,7 @@ impl<B: Backend> Communicator<B> {
                 self.queue.len().max(1)
             ))));
         }
-        let unfinished = self.mesh.close(&mut self.engine, self.cfg.timeout, false);
+        let unfinished = self.mesh.close(&mut self.engine, self.cfg.timeout, None);
         self.failed = Some(Error::Transport("shut down".into()));
         match unfinished.first() {
             None => Ok(()),
@@ -548,6 +548,7 @@ impl<B: Backend> Communicator<B> {
                 completed: bye.completed,
                 seq,
                 failed: bye.failed,
+                cause: bye.cause,
             }),
             None => Ok(()),
         }
@@ -607,6 +608,6 @@ impl<B: Backend> Drop for Communicator<B> {
         };
         let _ = self
             .mesh
-            .close(&mut self.engine, linger, self.failed.is_some());
+            .close(&mut self.engine, linger, self.failed.as_ref());
     }
 }

@@ -45,7 +45,13 @@ pub struct Goodbye {
     pub completed: u32,
     /// It left after a failure of its own.
     pub failed: bool,
+    /// The rank that failure named (the root cause when failures spread
+    /// from rank to rank).
+    pub cause: Option<usize>,
 }
+
+/// Ranks up to this can be named as a goodbye's cause (24 bits).
+const MAX_CAUSE: usize = (1 << 24) - 2;
 /// Largest frame accepted: far above the engine's largest message (a
 /// 65535-element f32 chunk plus header), far below anything that could
 /// exhaust memory.
@@ -508,11 +514,15 @@ impl<B: Backend> Mesh<B> {
                 self.counters.frames_received += 1;
                 match link.rank {
                     Some(from) if is_bye(frame) => {
+                        let word = |at: usize| {
+                            u32::from_le_bytes(frame[at..at + 4].try_into().expect("4 bytes"))
+                        };
+                        // Byte 12: failed; bytes 13-15: cause + 1 (0: none).
+                        let cause = (word(12) >> 8) as usize;
                         let bye = Goodbye {
-                            completed: u32::from_le_bytes(
-                                frame[8..12].try_into().expect("4 bytes"),
-                            ),
+                            completed: word(8),
                             failed: frame[12] != 0,
+                            cause: cause.checked_sub(1).filter(|&c| c < self.world),
                         };
                         debug!(rank = from, ?bye, "peer said goodbye");
                         // Once per rank, though it comes on every connection.
@@ -637,11 +647,18 @@ impl<B: Backend> Mesh<B> {
     /// out, waits (up to `linger`) until every peer has finished its own
     /// (so no peer still needs data from us, and QUIC delivered ours),
     /// then closes the connections. Returns the ranks that did not finish.
-    /// `failed`: this rank leaves after a failure (its goodbye says so).
-    pub fn close(&mut self, engine: &mut Engine, linger: Duration, failed: bool) -> Vec<usize> {
+    /// `failure`: what failed this rank, if anything (its goodbye says
+    /// that it failed, and which rank was at fault).
+    pub fn close(
+        &mut self,
+        engine: &mut Engine,
+        linger: Duration,
+        failure: Option<&Error>,
+    ) -> Vec<usize> {
         self.say_goodbye(Goodbye {
             completed: engine.completed_seq(),
-            failed,
+            failed: failure.is_some(),
+            cause: failure.and_then(Error::peer_at_fault),
         });
         let start = Instant::now();
         loop {
@@ -699,7 +716,8 @@ impl<B: Backend> Mesh<B> {
             let mut frame = Vec::with_capacity(BYE_LEN);
             frame.extend_from_slice(BYE_MAGIC);
             frame.extend_from_slice(&bye.completed.to_le_bytes());
-            frame.extend_from_slice(&[u8::from(bye.failed), 0, 0, 0]);
+            let cause = bye.cause.filter(|&c| c <= MAX_CAUSE).map_or(0, |c| c + 1) as u32;
+            frame.extend_from_slice(&(u32::from(bye.failed) | cause << 8).to_le_bytes());
             let before = l.out.pending_bytes();
             l.out.push(frame);
             self.pending += l.out.pending_bytes() - before;
