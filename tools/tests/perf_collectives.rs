@@ -22,22 +22,7 @@ fn rows(args: &[&str]) -> Vec<Value> {
 
 #[test]
 fn four_ranks_f32_all_reduce_is_exact_identical_and_aggregated() {
-    let rows = rows(&[
-        "allreduce",
-        "--local-ranks",
-        "4",
-        "-b",
-        "8",
-        "-e",
-        "4M",
-        "-f",
-        "8",
-        "-n",
-        "3",
-        "-w",
-        "1",
-        "--json",
-    ]);
+    let rows = rows(&common::sweep(&["allreduce", "--local-ranks", "4"]));
     assert_eq!(rows.len(), 7, "8 B .. 2 MiB by 8x");
     assert!(rows.iter().all(|r| r["ranks"] == 4 && r["codec"] == "f32"));
     // Datagrams follow the loopback MTU, capped at 32 KiB.
@@ -156,7 +141,7 @@ fn lanes_split_large_buckets_and_keep_results_exact() {
     // Two lanes with parts of at least 256 KiB split buckets from 512 KiB
     // on; smaller ones run on lane 0.
     for codec in ["f32", "i16"] {
-        let rows = rows(&[
+        let rows = rows(&common::sweep(&[
             "allreduce",
             "--local-ranks",
             "3",
@@ -166,18 +151,7 @@ fn lanes_split_large_buckets_and_keep_results_exact() {
             "256K",
             "--codec",
             codec,
-            "-b",
-            "8",
-            "-e",
-            "4M",
-            "-f",
-            "8",
-            "-n",
-            "3",
-            "-w",
-            "1",
-            "--json",
-        ]);
+        ]));
         assert_eq!(rows.len(), 7, "8 B .. 2 MiB by 8x");
         // wrong == 0: every element within 1e-6 (f32) or the i16 bound.
         let tol = if codec == "f32" { 1e-6 } else { 0.05 };

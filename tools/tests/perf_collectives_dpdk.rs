@@ -25,24 +25,13 @@ fn links_left(pid: u32) -> Vec<String> {
 
 #[test]
 fn four_dpdk_ranks_all_reduce_exact_identical_and_aggregated() {
-    let (out, pid) = perf(&[
+    let (out, pid) = perf(&common::sweep(&[
         "allreduce",
         "--local-ranks",
         "4",
         "--transport",
         "dpdk",
-        "-b",
-        "8",
-        "-e",
-        "4M",
-        "-f",
-        "8",
-        "-n",
-        "3",
-        "-w",
-        "1",
-        "--json",
-    ]);
+    ]));
     let rows = json_rows(&out);
     assert_eq!(rows.len(), 7, "8 B .. 2 MiB by 8x: {rows:?}");
     assert!(rows.iter().all(|r| r["ranks"] == 4), "{rows:?}");
@@ -71,7 +60,7 @@ fn dpdk_lanes_split_large_buckets_over_their_own_ports() {
     // Two lanes per rank: each on its own af_xdp port (10.98.k.0/24),
     // with its own QUIC connections and thread. Buckets from 2 x 1 MiB
     // on are cut in two, one half per lane; smaller ones run on lane 0.
-    let (out, pid) = perf(&[
+    let (out, pid) = perf(&common::sweep(&[
         "allreduce",
         "--local-ranks",
         "2",
@@ -79,18 +68,7 @@ fn dpdk_lanes_split_large_buckets_over_their_own_ports() {
         "dpdk",
         "--lanes",
         "2",
-        "-b",
-        "8",
-        "-e",
-        "4M",
-        "-f",
-        "8",
-        "-n",
-        "3",
-        "-w",
-        "1",
-        "--json",
-    ]);
+    ]));
     let rows = json_rows(&out);
     assert_eq!(rows.len(), 7, "8 B .. 2 MiB by 8x: {rows:?}");
     check_rows(&rows, 1e-6, true);

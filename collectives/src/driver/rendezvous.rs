@@ -548,20 +548,11 @@ mod tests {
 
     #[test]
     fn three_ranks_get_the_same_table() {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+        let port = free_port();
         let handles: Vec<_> = (0..3usize)
             .map(|r| {
                 std::thread::spawn(move || {
-                    let e = RankEnv {
-                        rank: r,
-                        world: 3,
-                        master_addr: "127.0.0.1".into(),
-                        master_port: port,
-                    };
+                    let e = rank_env(r, 3, port);
                     exchange(&e, wildcard(40000 + r as u16), Duration::from_secs(10))
                 })
             })
@@ -720,17 +711,7 @@ mod tests {
 
     #[test]
     fn missing_rank_times_out_with_its_number() {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let e = RankEnv {
-            rank: 0,
-            world: 2,
-            master_addr: "127.0.0.1".into(),
-            master_port: port,
-        };
+        let e = rank_env(0, 2, free_port());
         let err = exchange(&e, wildcard(1), Duration::from_millis(300)).unwrap_err();
         assert!(err.to_string().contains("[1]"), "{err}");
     }

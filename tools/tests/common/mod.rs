@@ -7,6 +7,15 @@ use serde_json::Value;
 
 pub const PERF: &str = env!("CARGO_BIN_EXE_ainftp-perf");
 
+/// The size sweep the collective tests share: 8 B .. 2 MiB by 8x (7
+/// rows), 3 timed iterations after 1 warm-up, JSON rows; after `args`.
+pub fn sweep<'a>(args: &[&'a str]) -> Vec<&'a str> {
+    let sizes = [
+        "-b", "8", "-e", "4M", "-f", "8", "-n", "3", "-w", "1", "--json",
+    ];
+    [args, &sizes[..]].concat()
+}
+
 /// Runs ainftp-perf outside any torchrun environment; also returns its
 /// pid (a DPDK run's virtual network carries it in its names).
 pub fn perf_output(args: &[&str]) -> (Output, u32) {
