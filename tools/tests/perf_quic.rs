@@ -75,6 +75,12 @@ fn bulk_and_request_response_against_the_perf_server_with_route_sized_datagrams(
     // --bytes is per stream.
     assert_eq!(bulk["bytes"], 40_000_000, "{bulk}");
     assert!(bulk["gbps"].as_f64().unwrap() > 0.0, "{bulk}");
+    // The connection's own counts: at least one 32 KiB datagram per
+    // 32 KiB of data, a loss count, a measured round trip.
+    let sent = bulk["packets_sent"].as_u64().unwrap();
+    assert!(sent >= 40_000_000 / 32_768, "{bulk}");
+    assert!(bulk["packets_lost"].as_u64().unwrap() < sent, "{bulk}");
+    assert!(bulk["rtt_us"].as_f64().unwrap() > 0.0, "{bulk}");
     assert!(
         stderr.contains("UDP payloads up to 32768 B"),
         "loopback route: 32 KiB datagrams: {stderr}"

@@ -21,7 +21,7 @@ use stack::io::{Datagram, PacketIo};
 use stack::quic::certs::{create_ca, issue_node, NodeFiles};
 use stack::quic::lcore::{EndpointApp, QuicService};
 use stack::quic::perf::{ClientStream, PerfServer, MODE_DISCARD, MODE_ECHO, PERF_ALPN};
-use stack::quic::{ConnHandle, Endpoint, EndpointStats, Event, QuicConfig, Trust};
+use stack::quic::{ConnHandle, ConnStats, Endpoint, EndpointStats, Event, QuicConfig, Trust};
 use stack::rss::FlowPlacement;
 use stack::runtime::{self, Runtime, RuntimeConfig};
 use tempfile::TempDir;
@@ -315,6 +315,8 @@ struct Client {
     buf: Vec<u8>,
     /// The endpoint's counters, as of the last poll.
     endpoint: EndpointStats,
+    /// Each connection's packet counts and path, taken as the test ends.
+    conn_stats: Vec<ConnStats>,
     /// Lcores whose connections are not all closed yet; the last one out
     /// stops the run.
     running: Arc<AtomicUsize>,
@@ -388,6 +390,7 @@ impl Client {
         if self.finished_at.is_none() {
             self.finished_at = Some(Instant::now());
             for &(h, _) in &self.handles {
+                self.conn_stats.extend(ep.conn_stats(h).ok());
                 let _ = ep.close(h, 0, b"done");
             }
         }
@@ -521,6 +524,7 @@ pub fn client(args: &PerfArgs) -> Result<serde_json::Value> {
             error: None,
             buf: vec![0; 256 * 1024],
             endpoint: EndpointStats::default(),
+            conn_stats: Vec::new(),
             running: running.clone(),
             counted_out: false,
             stop: client_stop.clone(),
@@ -557,6 +561,13 @@ pub fn client(args: &PerfArgs) -> Result<serde_json::Value> {
                    "unknown_connection": c.endpoint.unknown_connection})
         })
         .collect();
+    let paths: Vec<&ConnStats> = active.iter().flat_map(|c| &c.conn_stats).collect();
+    let sent: usize = paths.iter().map(|p| p.packets_sent).sum();
+    let lost: usize = paths.iter().map(|p| p.packets_lost).sum();
+    let rtt_us = paths
+        .iter()
+        .map(|p| p.rtt.as_secs_f64() * 1e6)
+        .fold(0.0, f64::max);
     let lcores = clients.len();
     let transport = format!("{:?}", transport).to_lowercase();
     let hs_us = handshake.value_at_quantile(0.5);
@@ -574,14 +585,15 @@ pub fn client(args: &PerfArgs) -> Result<serde_json::Value> {
             println!(
                 "quic bulk over {transport}: {total} bytes in {secs:.3} s = {gbps:.3} Gbit/s \
                  ({conns} conns x {streams} streams on {lcores} lcore(s), {:.3} Gbit/s per conn); \
-                 handshake p50 {hs_us} us",
+                 handshake p50 {hs_us} us; {lost} of {sent} packets lost, rtt {rtt_us:.0} us",
                 gbps / conns as f64
             );
             Ok(
                 json!({"mode": "quic-client", "test": "bulk", "transport": transport,
                       "bytes": total, "seconds": secs, "gbps": gbps,
                       "gbps_per_conn": gbps / conns as f64, "conns": conns, "streams": streams,
-                      "handshake_p50_us": hs_us, "lcores": lcores, "per_lcore": per_lcore}),
+                      "handshake_p50_us": hs_us, "lcores": lcores, "per_lcore": per_lcore,
+                      "packets_sent": sent, "packets_lost": lost, "rtt_us": rtt_us}),
             )
         }
         QuicTest::Rr => {
@@ -597,7 +609,8 @@ pub fn client(args: &PerfArgs) -> Result<serde_json::Value> {
                 json!({"mode": "quic-client", "test": "rr", "transport": transport,
                       "requests": latency.len(), "size": size, "p50_us": q(0.5),
                       "p99_us": q(0.99), "p999_us": q(0.999), "handshake_us": hs_us,
-                      "lcores": lcores, "per_lcore": per_lcore}),
+                      "lcores": lcores, "per_lcore": per_lcore,
+                      "packets_sent": sent, "packets_lost": lost, "rtt_us": rtt_us}),
             )
         }
     }
