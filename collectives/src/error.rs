@@ -96,6 +96,8 @@ pub enum Error {
     },
     #[error("rank {rank} ({addr}) is gone: its UDP port is closed (ICMP port unreachable), so its process exited or crashed without saying goodbye (during collective {seq})")]
     PeerGone { rank: usize, addr: String, seq: u32 },
+    #[error("rank {rank} ({addr}) is gone: its connection to the rendezvous (rank 0) closed without a goodbye, so its process exited or crashed (during collective {seq})")]
+    PeerLost { rank: usize, addr: String, seq: u32 },
     #[error("could not connect to ranks {missing:?} within {waited_ms} ms: are they running, and are their addresses reachable from here?")]
     ConnectTimeout { missing: Vec<usize>, waited_ms: u64 },
     #[error("protocol violation on the connection to {peer}: {reason}")]
@@ -117,7 +119,8 @@ impl Error {
         match self {
             Error::PeerTimeout { rank, .. }
             | Error::PeerClosed { rank, .. }
-            | Error::PeerGone { rank, .. } => Some(*rank),
+            | Error::PeerGone { rank, .. }
+            | Error::PeerLost { rank, .. } => Some(*rank),
             Error::PeerLeft { rank, cause, .. } => Some(cause.unwrap_or(*rank)),
             Error::Failed(e) => e.peer_at_fault(),
             _ => None,

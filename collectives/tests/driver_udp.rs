@@ -333,7 +333,7 @@ fn the_rendezvous_and_the_connections_share_one_connect_timeout() {
     let late_rank = std::thread::spawn(move || {
         std::thread::sleep(Duration::from_millis(1500));
         let mut s = std::net::TcpStream::connect(("127.0.0.1", master_port)).unwrap();
-        writeln!(s, "ainftp-rdv/1 1 2 {mute_addr}").unwrap();
+        writeln!(s, "ainftp-rdv/2 1 2 {mute_addr}").unwrap();
         let mut table = String::new();
         let _ = s.read_to_string(&mut table);
         table

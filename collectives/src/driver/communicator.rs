@@ -18,6 +18,7 @@ use tracing::debug;
 use super::backend::{Backend, WireCounters};
 use super::mesh::Mesh;
 use super::rendezvous::{self, RankEnv};
+use super::watch::Watch;
 use super::DriverConfig;
 use crate::engine::Engine;
 use crate::error::{Error, Result};
@@ -57,16 +58,29 @@ struct Queued {
 struct Clock {
     idle_since: Option<Instant>,
     next_ping: Instant,
+    next_watch: Instant,
 }
 
 impl Clock {
     fn new(timeout: Duration) -> Clock {
+        let now = Instant::now();
         Clock {
             idle_since: None,
-            next_ping: Instant::now() + timeout / 4,
+            next_ping: now + timeout / 4,
+            next_watch: now,
         }
     }
 }
+
+/// How often the liveness links are read: a dead rank is named this long
+/// after rank 0 sees its connection close, at worst twice over.
+const WATCH_EVERY: Duration = Duration::from_millis(10);
+/// How long a rank found dead (its liveness link closed) may stay so
+/// before the running collective fails. A rank that completed this
+/// collective and then exited without dropping its communicator has sent
+/// all of its part: the others finish from what is in flight well within
+/// this; one that did not is needed, and nothing completes without it.
+const LOST_GRACE: Duration = Duration::from_millis(200);
 
 impl DriverCounters {
     /// Adds `o` field by field (the lanes of one rank).
@@ -110,6 +124,9 @@ pub struct Communicator<B: Backend = KernelUdp> {
     wakeups: u64,
     idle_waits: u64,
     clock: Clock,
+    /// The liveness links of a job joined through the rendezvous. Dropped
+    /// after `Drop` has sent the goodbyes, so its `bye` comes last.
+    watch: Option<Watch>,
 }
 
 impl Communicator<KernelUdp> {
@@ -185,9 +202,10 @@ impl<B: Backend> Communicator<B> {
         config: DriverConfig,
     ) -> Result<Self> {
         let start = Instant::now();
-        let peers = rendezvous::exchange(env, advertise, config.connect_timeout)?;
+        let (peers, watch) = rendezvous::exchange(env, advertise, config.connect_timeout)?;
         let left = config.connect_left(start);
         Communicator::with_backend_within(env.rank, env.world, io, peers, config, left)
+            .map(|c| c.watched(watch))
             .map_err(|e| DriverConfig::join_error(start, e))
     }
 
@@ -230,7 +248,14 @@ impl<B: Backend> Communicator<B> {
             wakeups: 0,
             idle_waits: 0,
             clock,
+            watch: None,
         })
+    }
+
+    /// Reads `watch`, the job's liveness links, while collectives run.
+    pub(crate) fn watched(mut self, watch: Watch) -> Self {
+        self.watch = Some(watch);
+        self
     }
 
     pub fn rank(&self) -> usize {
@@ -513,21 +538,37 @@ impl<B: Backend> Communicator<B> {
                 self.idle_waits += 1;
             }
         }
+        if let Some(w) = self.watch.as_mut().filter(|_| now >= self.clock.next_watch) {
+            w.poll();
+            self.clock.next_watch = now + WATCH_EVERY;
+        }
         if self.engine.is_active() {
-            self.check_departed()?;
+            self.check_departed(now)?;
             self.check_liveness(now)?;
         }
         Ok(())
     }
 
     /// A peer that said goodbye before completing the running collective
-    /// will never send the rest of it; one whose port closed without a
-    /// goodbye crashed.
-    fn check_departed(&self) -> Result<()> {
+    /// will never send the rest of it; one whose port or liveness link
+    /// closed without a goodbye crashed.
+    fn check_departed(&self, now: Instant) -> Result<()> {
         let seq = self.engine.seq();
         let said_goodbye = |r: usize| self.mesh.departed().iter().any(|&(d, _)| d == r);
         if let Some(rank) = self.mesh.gone().find(|&r| !said_goodbye(r)) {
             return Err(Error::PeerGone {
+                rank,
+                addr: self.mesh.addr_of(rank).to_string(),
+                seq,
+            });
+        }
+        let mut lost = self
+            .watch
+            .iter()
+            .flat_map(|w| w.lost_for(LOST_GRACE, now))
+            .filter(|&r| r != self.rank);
+        if let Some(rank) = lost.find(|&r| !said_goodbye(r)) {
+            return Err(Error::PeerLost {
                 rank,
                 addr: self.mesh.addr_of(rank).to_string(),
                 seq,

@@ -107,12 +107,13 @@ where
     let mut meshes = Vec::with_capacity(ios.len());
     for (k, (io, advertise)) in ios.into_iter().enumerate() {
         let left = config.connect_left(start);
-        let peers = rendezvous::exchange(&env.lane(k)?, advertise, left)?;
-        meshes.push((io, peers));
+        let (peers, watch) = rendezvous::exchange(&env.lane(k)?, advertise, left)?;
+        meshes.push((io, peers, watch));
     }
     let left = config.connect_left(start);
-    let connect = |(io, peers)| {
+    let connect = |(io, peers, watch)| {
         Communicator::with_backend_within(env.rank, env.world, io, peers, config.clone(), left)
+            .map(|c| c.watched(watch))
             .map_err(|e| DriverConfig::join_error(start, e))
     };
     if meshes.len() == 1 {

@@ -40,8 +40,13 @@
 //!   named, not timed out). Over kernel UDP a rank whose process died
 //!   without a word is found by its closed port (the kernel's ICMP port
 //!   unreachable, read from the socket's error queue): [`Error::PeerGone`]
-//!   in milliseconds instead of a timeout. After such an error the
-//!   communicator refuses further work ([`Error::Failed`]).
+//!   in milliseconds instead of a timeout. On every transport, a job
+//!   joined through the rendezvous keeps each rank's TCP connection to
+//!   rank 0 open (module `watch`): a process that dies has it closed by
+//!   its kernel, rank 0 tells the others, and the collective fails with
+//!   [`Error::PeerLost`] within tens of milliseconds (also on our DPDK
+//!   stack, where nothing else but the timeout would tell). After such an
+//!   error the communicator refuses further work ([`Error::Failed`]).
 //!   `timeout` must exceed how late a healthy rank may enter a collective.
 //! * **To the GPU.** [`DevicePipeline`] all-reduces a step's buckets in
 //!   order and copies each reduced bucket to device memory while the next
@@ -54,6 +59,7 @@
 //! [`Error::PeerClosed`]: crate::Error::PeerClosed
 //! [`Error::PeerLeft`]: crate::Error::PeerLeft
 //! [`Error::PeerGone`]: crate::Error::PeerGone
+//! [`Error::PeerLost`]: crate::Error::PeerLost
 //! [`Error::Failed`]: crate::Error::Failed
 
 pub mod backend;
@@ -64,6 +70,7 @@ mod identity;
 pub mod lanes;
 pub mod mesh;
 pub mod rendezvous;
+pub mod watch;
 
 use std::time::Duration;
 

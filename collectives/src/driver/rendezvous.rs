@@ -4,10 +4,12 @@
 //!
 //! Protocol (one line each, ASCII):
 //! ```text
-//! rank -> 0:  ainftp-rdv/1 RANK WORLD IP:PORT
+//! rank -> 0:  ainftp-rdv/2 RANK WORLD IP:PORT
 //! 0 -> rank:  ok WORLD            then WORLD lines IP:PORT (rank order)
 //!         or  err MESSAGE
 //! ```
+//! After the table the connections stay open as the job's liveness links
+//! (module `watch`): a rank whose process dies is reported at once.
 //!
 //! Rank 0 serves all clients at once and gives each `CHECK_IN_LIMIT` to
 //! send its line; a client that is not an ainftp rank is dropped with a
@@ -22,9 +24,10 @@ use std::time::{Duration, Instant};
 
 use tracing::warn;
 
+use super::watch::Watch;
 use crate::error::{Error, Result};
 
-const PROTO: &str = "ainftp-rdv/1";
+const PROTO: &str = "ainftp-rdv/2";
 /// What every version of the protocol starts with: a line without it is
 /// not from an ainftp rank.
 const PROTO_FAMILY: &str = "ainftp-rdv/";
@@ -131,8 +134,13 @@ impl RankEnv {
 /// Swaps the table in: rank 0 serves, the others ask. `mine` is this
 /// rank's QUIC address; an unspecified IP (a wildcard bind) is replaced by
 /// the address this host uses to reach the master. Gives up after
-/// `timeout` with an error that names the ranks still missing.
-pub fn exchange(env: &RankEnv, mine: SocketAddrV4, timeout: Duration) -> Result<Vec<SocketAddrV4>> {
+/// `timeout` with an error that names the ranks still missing. The
+/// connections stay open as the job's liveness links (the `Watch`).
+pub fn exchange(
+    env: &RankEnv,
+    mine: SocketAddrV4,
+    timeout: Duration,
+) -> Result<(Vec<SocketAddrV4>, Watch)> {
     let master = env.master()?;
     let deadline = Instant::now() + timeout;
     if env.rank == 0 {
@@ -223,7 +231,7 @@ fn serve(
     mine: SocketAddrV4,
     port: u16,
     deadline: Instant,
-) -> Result<Vec<SocketAddrV4>> {
+) -> Result<(Vec<SocketAddrV4>, Watch)> {
     let listener = TcpListener::bind((Ipv4Addr::UNSPECIFIED, port)).map_err(|e| {
         Error::Rendezvous(format!(
             "rank 0 cannot listen on TCP port {port} (MASTER_PORT): {e}; pick a free port"
@@ -234,12 +242,13 @@ fn serve(
         .map_err(|e| Error::Rendezvous(e.to_string()))?;
     let mut table: Vec<Option<SocketAddrV4>> = vec![None; env.world];
     table[0] = Some(mine);
-    let mut checked_in: Vec<TcpStream> = Vec::new();
+    // Ranks that checked in, with their connections.
+    let mut checked_in: Vec<(usize, TcpStream)> = Vec::new();
     let mut pending: Vec<Pending> = Vec::new();
     // Tells everyone it holds (and whoever waits in the listen queue) why
     // the rendezvous failed, then returns that failure.
-    let give_up = |checked_in: Vec<TcpStream>, pending: Vec<Pending>, why: String| {
-        let mut all = checked_in;
+    let give_up = |checked_in: Vec<(usize, TcpStream)>, pending: Vec<Pending>, why: String| {
+        let mut all: Vec<TcpStream> = checked_in.into_iter().map(|(_, s)| s).collect();
         all.extend(pending.into_iter().map(|p| p.stream));
         while let Ok((s, _)) = listener.accept() {
             all.push(s);
@@ -309,7 +318,7 @@ fn serve(
             match check_in(&line, env.world) {
                 Ok((rank, addr)) if table[rank].is_none() => {
                     table[rank] = Some(addr);
-                    checked_in.push(s);
+                    checked_in.push((rank, s));
                 }
                 Ok((rank, _)) => {
                     let _ = answer_all(
@@ -318,7 +327,7 @@ fn serve(
                     );
                 }
                 Err(why) => {
-                    checked_in.push(s);
+                    checked_in.push((usize::MAX, s));
                     return give_up(checked_in, pending, why);
                 }
             }
@@ -332,9 +341,13 @@ fn serve(
     for a in &table {
         reply.push_str(&format!("{a}\n"));
     }
-    answer_all(&mut checked_in, &reply)
+    let (ranks, mut streams): (Vec<usize>, Vec<TcpStream>) = checked_in.into_iter().unzip();
+    answer_all(&mut streams, &reply)
         .map_err(|e| Error::Rendezvous(format!("sending the table: {e}")))?;
-    Ok(table)
+    Ok((
+        table,
+        Watch::rank0(env.world, ranks.into_iter().zip(streams).collect()),
+    ))
 }
 
 /// How long rank 0 gives all its answers together (a rank that does not
@@ -390,7 +403,7 @@ fn ask(
     mine: SocketAddrV4,
     master: SocketAddrV4,
     deadline: Instant,
-) -> Result<Vec<SocketAddrV4>> {
+) -> Result<(Vec<SocketAddrV4>, Watch)> {
     // Rank 0 may not be listening yet: retry until the deadline.
     let mut s = loop {
         let left = deadline.saturating_duration_since(Instant::now());
@@ -438,7 +451,9 @@ fn ask(
             .map_err(|_| Error::Rendezvous(format!("bad table line {l:?}")))?;
         table.push(a);
     }
-    Ok(table)
+    let read_ahead = r.buffer().to_vec();
+    let link = r.into_inner().stream;
+    Ok((table, Watch::to_rank0(env.world, link, read_ahead)))
 }
 
 /// A stream whose reads all end by one deadline: a rank 0 that trickles
@@ -557,12 +572,22 @@ mod tests {
                 })
             })
             .collect();
-        let tables: Vec<_> = handles
+        let (tables, mut watches): (Vec<_>, Vec<_>) = handles
             .into_iter()
             .map(|h| h.join().unwrap().unwrap())
-            .collect();
+            .unzip();
         assert!(tables.iter().all(|t| t == &tables[0]));
         assert_eq!(tables[0][2], "127.0.0.1:40002".parse().unwrap());
+        // The connections stay up as liveness links: rank 2 vanishing is
+        // seen by rank 0 and, through it, by rank 1.
+        watches[2].sever();
+        let start = Instant::now();
+        while watches[1].lost().is_empty() && start.elapsed() < Duration::from_secs(2) {
+            watches[0].poll();
+            watches[1].poll();
+        }
+        assert_eq!(watches[0].lost(), vec![2]);
+        assert_eq!(watches[1].lost(), vec![2]);
     }
 
     fn free_port() -> u16 {
@@ -610,7 +635,7 @@ mod tests {
         let mut http = dial(port);
         http.write_all(b"GET / HTTP/1.0\r\n\r\n").unwrap();
         let mut half = dial(port);
-        half.write_all(b"ainftp-rdv/1 1").unwrap();
+        half.write_all(b"ainftp-rdv/2 1").unwrap();
         drop(half);
         std::thread::sleep(Duration::from_millis(100));
         let start = Instant::now();
@@ -619,9 +644,10 @@ mod tests {
             wildcard(41001),
             Duration::from_secs(20),
         )
-        .expect("rank 1 gets the table");
+        .expect("rank 1 gets the table")
+        .0;
         let waited = start.elapsed();
-        let table0 = rank0.join().unwrap().expect("rank 0 gets the table");
+        let table0 = rank0.join().unwrap().expect("rank 0 gets the table").0;
         assert_eq!(table0, table1);
         assert_eq!(table1[1], "127.0.0.1:41001".parse().unwrap());
         // The silent client may hold the line for CHECK_IN_LIMIT; nobody
@@ -649,7 +675,7 @@ mod tests {
         // rank with the wrong WORLD_SIZE comes: it must be told why too.
         let mut waiting = dial(port);
         waiting
-            .write_all(b"ainftp-rdv/1 1 3 127.0.0.1:41101\n")
+            .write_all(b"ainftp-rdv/2 1 3 127.0.0.1:41101\n")
             .unwrap();
         let wrong = exchange(
             &rank_env(2, 4, port),

@@ -60,9 +60,9 @@ pub fn check_rows(rows: &[Value], max_err: f64, identical: bool) {
 }
 
 /// A run where rank 2 exited on purpose (`--fault-exit-rank 2`) failed
-/// within `limit`, without a panic, and a survivor named rank 2.
-/// The run failed within `limit`, and the survivors named rank 2 with a
-/// message containing `how` (how its death was found).
+/// within `limit`, without a panic; a survivor named rank 2 with a
+/// message containing `how` (how its death was found), and both
+/// survivors blame it.
 pub fn assert_dead_rank_named(
     out: &Output,
     took: std::time::Duration,
@@ -79,6 +79,15 @@ pub fn assert_dead_rank_named(
             .any(|l| l.contains("rank 2") && l.contains(how)),
         "the survivors name the dead rank: {stderr}"
     );
+    // Both survivors blame rank 2: one that found it gone itself, the
+    // other the same way or through that one's goodbye, which names the
+    // cause.
+    let blames: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.contains("is gone") || l.contains("left after"))
+        .collect();
+    assert_eq!(blames.len(), 2, "{stderr}");
+    assert!(blames.iter().all(|l| l.contains("rank 2")), "{stderr}");
 }
 
 /// One local rank with two lanes on `transport`: lane k runs on the k-th

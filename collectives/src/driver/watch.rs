@@ -1,0 +1,317 @@
+//! The job's liveness links: after the rendezvous every rank keeps its TCP
+//! connection to rank 0 open. A process that exits or crashes without
+//! dropping its communicator has that connection closed by its kernel, so
+//! rank 0 sees it within one poll and tells every other rank. This works
+//! on every transport, also on our DPDK stack, where no kernel answers for
+//! a dead rank's address and only the silence timeout would find it.
+//!
+//! Lines (ASCII) on a link after the table:
+//! ```text
+//! either end:  bye       leaving on purpose (its QUIC goodbye says the rest)
+//! 0 -> rank:   lost R    rank R's link closed without a bye
+//! ```
+//! A link that closes (end of stream or an error) without `bye` is a lost
+//! rank: the one at the other end. When rank 0 itself is lost, every rank
+//! sees its own link close. A whole host that goes down closes nothing:
+//! that is still the silence timeout's case.
+
+use std::io::{ErrorKind, Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use tracing::{debug, warn};
+
+/// Longest line a link accepts (`lost R` is a dozen bytes).
+const MAX_LINE: usize = 64;
+
+/// This rank's ends of the liveness links: to rank 0, or (on rank 0) to
+/// every other rank. Polled from the progress loop; sends `bye` on drop.
+#[derive(Debug)]
+pub struct Watch {
+    world: usize,
+    links: Vec<Link>,
+    /// Ranks found gone, first first, and when.
+    lost: Vec<(usize, Instant)>,
+}
+
+#[derive(Debug)]
+struct Link {
+    /// The rank at the other end.
+    rank: usize,
+    stream: TcpStream,
+    /// A line not ended yet.
+    line: Vec<u8>,
+    /// Bytes to send that the socket did not take yet.
+    outbox: Vec<u8>,
+    state: LinkState,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum LinkState {
+    Open,
+    /// The other end said `bye`.
+    Left,
+    /// Closed without a `bye`.
+    Lost,
+}
+
+impl Watch {
+    /// Rank 0's side: `streams` holds each other rank's connection.
+    pub(crate) fn rank0(world: usize, streams: Vec<(usize, TcpStream)>) -> Watch {
+        Watch::new(world, streams)
+    }
+
+    /// A rank's side: its connection to rank 0, and whatever of it was
+    /// already read past the table.
+    pub(crate) fn to_rank0(world: usize, stream: TcpStream, read_ahead: Vec<u8>) -> Watch {
+        let mut w = Watch::new(world, vec![(0, stream)]);
+        w.take_bytes(0, &read_ahead);
+        w
+    }
+
+    fn new(world: usize, streams: Vec<(usize, TcpStream)>) -> Watch {
+        let links = streams
+            .into_iter()
+            .filter_map(|(rank, stream)| match stream.set_nonblocking(true) {
+                Ok(()) => Some(Link {
+                    rank,
+                    stream,
+                    line: Vec::new(),
+                    outbox: Vec::new(),
+                    state: LinkState::Open,
+                }),
+                Err(e) => {
+                    warn!(rank, error = %e, "liveness link unusable; that rank is watched by timeout only");
+                    None
+                }
+            })
+            .collect();
+        Watch {
+            world,
+            links,
+            lost: Vec::new(),
+        }
+    }
+
+    /// Ranks found gone so far, in the order found.
+    pub fn lost(&self) -> Vec<usize> {
+        self.lost.iter().map(|&(r, _)| r).collect()
+    }
+
+    /// Ranks found gone at least `grace` before `now`, in the order found.
+    pub fn lost_for(&self, grace: Duration, now: Instant) -> impl Iterator<Item = usize> + '_ {
+        self.lost
+            .iter()
+            .filter(move |&&(_, at)| now.saturating_duration_since(at) >= grace)
+            .map(|&(r, _)| r)
+    }
+
+    /// Reads every link without blocking; on rank 0, tells the others of
+    /// a rank it finds lost. Cheap: one read per open link.
+    pub fn poll(&mut self) {
+        for i in 0..self.links.len() {
+            if self.links[i].state != LinkState::Open {
+                continue;
+            }
+            flush(&mut self.links[i]);
+            let mut chunk = [0u8; 256];
+            loop {
+                match self.links[i].stream.read(&mut chunk) {
+                    Ok(0) => {
+                        self.closed(i);
+                        break;
+                    }
+                    Ok(n) => {
+                        let rank = self.links[i].rank;
+                        self.take_bytes(i, &chunk[..n]);
+                        if self.links[i].state != LinkState::Open {
+                            debug!(rank, "liveness link: the other end left");
+                            break;
+                        }
+                    }
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                    Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                    Err(_) => {
+                        self.closed(i);
+                        break;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Splits what link `i` received into lines and acts on each.
+    fn take_bytes(&mut self, i: usize, bytes: &[u8]) {
+        for &b in bytes {
+            if b != b'\n' {
+                if self.links[i].line.len() < MAX_LINE {
+                    self.links[i].line.push(b);
+                }
+                continue;
+            }
+            let line = String::from_utf8_lossy(&self.links[i].line).into_owned();
+            self.links[i].line.clear();
+            self.on_line(i, line.trim());
+        }
+    }
+
+    fn on_line(&mut self, i: usize, line: &str) {
+        let from = self.links[i].rank;
+        if line == "bye" {
+            self.links[i].state = LinkState::Left;
+            return;
+        }
+        // Only rank 0 reports other ranks.
+        let reported = line
+            .strip_prefix("lost ")
+            .and_then(|r| r.parse::<usize>().ok())
+            .filter(|&r| from == 0 && r < self.world);
+        match reported {
+            Some(r) => self.note_lost(r),
+            None => {
+                warn!(from, line = %line.escape_debug(), "liveness link: ignored an unknown line")
+            }
+        }
+    }
+
+    /// Link `i` closed: its rank is lost unless it said bye.
+    fn closed(&mut self, i: usize) {
+        if self.links[i].state != LinkState::Open {
+            return;
+        }
+        self.links[i].state = LinkState::Lost;
+        let rank = self.links[i].rank;
+        debug!(rank, "liveness link closed without a bye");
+        self.note_lost(rank);
+        // Rank 0 relays (a rank's only link is to rank 0: nothing to tell).
+        let relay = format!("lost {rank}\n");
+        for l in self.links.iter_mut().filter(|l| l.state == LinkState::Open) {
+            l.outbox.extend_from_slice(relay.as_bytes());
+            flush(l);
+        }
+    }
+
+    fn note_lost(&mut self, rank: usize) {
+        if !self.lost.iter().any(|&(r, _)| r == rank) {
+            self.lost.push((rank, Instant::now()));
+        }
+    }
+
+    /// Closes every link without a bye, as a crash would (tests).
+    #[cfg(test)]
+    pub(crate) fn sever(&mut self) {
+        for l in &mut self.links {
+            let _ = l.stream.shutdown(std::net::Shutdown::Both);
+            l.state = LinkState::Left;
+        }
+    }
+}
+
+/// Sends what the socket takes of the link's outbox.
+fn flush(l: &mut Link) {
+    while !l.outbox.is_empty() {
+        match l.stream.write(&l.outbox) {
+            Ok(0) => break,
+            Ok(n) => {
+                l.outbox.drain(..n);
+            }
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(_) => break,
+        }
+    }
+}
+
+impl Drop for Watch {
+    /// Leaving through the code (not a crash): say so on every open link.
+    fn drop(&mut self) {
+        for l in self.links.iter_mut().filter(|l| l.state == LinkState::Open) {
+            l.outbox.extend_from_slice(b"bye\n");
+            flush(l);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::TcpListener;
+
+    /// Rank 0's watch over ranks 1..world and each rank's watch, over real
+    /// loopback TCP connections.
+    fn job(world: usize) -> (Watch, Vec<Watch>) {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let mut ranks = Vec::new();
+        let mut at_0 = Vec::new();
+        for r in 1..world {
+            let s = TcpStream::connect(addr).unwrap();
+            ranks.push(Watch::to_rank0(world, s, Vec::new()));
+            at_0.push((r, listener.accept().unwrap().0));
+        }
+        (Watch::rank0(world, at_0), ranks)
+    }
+
+    /// Polls `w` until it has found a lost rank or 2 s pass.
+    fn poll_until_lost(w: &mut Watch) -> Vec<usize> {
+        let start = Instant::now();
+        while w.lost().is_empty() && start.elapsed() < Duration::from_secs(2) {
+            w.poll();
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        w.lost().to_vec()
+    }
+
+    #[test]
+    fn a_rank_that_vanishes_is_reported_by_rank_0_to_the_others() {
+        let (mut zero, mut ranks) = job(4);
+        let mut gone = ranks.remove(1); // rank 2
+        gone.sever();
+        assert_eq!(poll_until_lost(&mut zero), vec![2]);
+        for w in &mut ranks {
+            assert_eq!(poll_until_lost(w), vec![2]);
+        }
+    }
+
+    #[test]
+    fn a_rank_that_leaves_through_its_code_is_not_lost() {
+        let (mut zero, mut ranks) = job(3);
+        drop(ranks.remove(1)); // rank 2 says bye
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_millis(200) {
+            zero.poll();
+            ranks[0].poll();
+        }
+        assert_eq!(zero.lost(), Vec::<usize>::new());
+        assert_eq!(ranks[0].lost(), Vec::<usize>::new());
+        assert_eq!(zero.links[1].state, LinkState::Left);
+    }
+
+    #[test]
+    fn when_rank_0_vanishes_every_rank_sees_it() {
+        let (mut zero, mut ranks) = job(3);
+        zero.sever();
+        for w in &mut ranks {
+            assert_eq!(poll_until_lost(w), vec![0]);
+        }
+    }
+
+    #[test]
+    fn lines_read_ahead_of_the_table_and_junk_are_handled() {
+        let (_zero, mut ranks) = job(3);
+        let w = &mut ranks[0];
+        w.take_bytes(0, b"lost 2\n");
+        w.take_bytes(0, b"lost 99\nnonsense\n");
+        let long = vec![b'x'; 10 * MAX_LINE];
+        w.take_bytes(0, &long);
+        w.take_bytes(0, b"\nlost 0\n");
+        // Rank 99 is out of range, the junk is ignored.
+        assert_eq!(w.lost(), vec![2, 0]);
+        // Each counts once its grace has passed.
+        let now = Instant::now();
+        assert_eq!(w.lost_for(Duration::from_secs(60), now).count(), 0);
+        assert_eq!(
+            w.lost_for(Duration::ZERO, now).collect::<Vec<_>>(),
+            vec![2, 0]
+        );
+    }
+}
