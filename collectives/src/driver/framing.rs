@@ -100,6 +100,9 @@ pub struct FrameReader {
     start: usize,
     end: usize,
     max_frame: usize,
+    /// Bytes moved to the front to make room (none when every read asks
+    /// for `wanted`).
+    moved: u64,
 }
 
 impl FrameReader {
@@ -109,25 +112,29 @@ impl FrameReader {
             start: 0,
             end: 0,
             max_frame,
+            moved: 0,
         }
     }
 
-    /// Space to read into (at least `min` bytes); call `filled` after.
-    pub fn spare(&mut self, min: usize) -> &mut [u8] {
+    /// Exactly `len` bytes to read into; call `filled` after.
+    pub fn spare(&mut self, len: usize) -> &mut [u8] {
         if self.start == self.end {
             self.start = 0;
             self.end = 0;
         }
-        if self.buf.len() - self.end < min {
-            // Move the partial frame to the front before growing.
-            self.buf.copy_within(self.start..self.end, 0);
-            self.end -= self.start;
-            self.start = 0;
-            if self.buf.len() - self.end < min {
-                self.buf.resize(self.end + min, 0);
+        if self.buf.len() - self.end < len {
+            if self.start > 0 {
+                // Move the partial frame to the front before growing.
+                self.buf.copy_within(self.start..self.end, 0);
+                self.moved += (self.end - self.start) as u64;
+                self.end -= self.start;
+                self.start = 0;
+            }
+            if self.buf.len() - self.end < len {
+                self.buf.resize(self.end + len, 0);
             }
         }
-        &mut self.buf[self.end..]
+        &mut self.buf[self.end..self.end + len]
     }
 
     pub fn filled(&mut self, n: usize) {
@@ -158,17 +165,24 @@ impl FrameReader {
         Ok(Some(&self.buf[at..at + len]))
     }
 
-    /// How many bytes the frame being assembled still needs (at least one
-    /// read's worth), so `spare` can make room for it in one piece.
+    /// How many bytes complete the length prefix, or else the frame being
+    /// assembled. Reading exactly that never reads into the next frame, so
+    /// a finished frame leaves the buffer empty and nothing is ever moved
+    /// to make room (the buffer grows to the largest frame once).
     pub fn wanted(&self) -> usize {
         let avail = self.end - self.start;
         if avail < LEN_BYTES {
-            return 64 * 1024;
+            return LEN_BYTES - avail;
         }
         let mut prefix = [0u8; LEN_BYTES];
         prefix.copy_from_slice(&self.buf[self.start..self.start + LEN_BYTES]);
         let len = (u32::from_le_bytes(prefix) as usize).min(self.max_frame);
-        (LEN_BYTES + len).saturating_sub(avail).max(64 * 1024)
+        (LEN_BYTES + len).saturating_sub(avail).max(1)
+    }
+
+    /// Bytes moved inside the buffer so far.
+    pub fn moved(&self) -> u64 {
+        self.moved
     }
 }
 
@@ -220,6 +234,35 @@ mod tests {
             }
         }
         assert_eq!(got, bodies);
+    }
+
+    /// A reader that asks for `wanted` each time (as the mesh does) gets
+    /// every frame without moving a byte, however the sends were split.
+    #[test]
+    fn reading_what_is_wanted_moves_nothing() {
+        let bodies: Vec<Vec<u8>> = (0..40usize)
+            .map(|i| (0..(i * 7919) % 100_000).map(|j| (i ^ j) as u8).collect())
+            .collect();
+        let mut wire = Vec::new();
+        for b in &bodies {
+            wire.extend_from_slice(&(b.len() as u32).to_le_bytes());
+            wire.extend_from_slice(b);
+        }
+        let mut r = FrameReader::new(1 << 20);
+        let (mut got, mut pos, mut arrived) = (Vec::new(), 0, 0);
+        while pos < wire.len() {
+            // The stream has up to `arrived` bytes readable at a time.
+            arrived = (arrived * 13 + 5) % 20_000 + 1;
+            let n = r.wanted().min(arrived).min(wire.len() - pos);
+            r.spare(r.wanted())[..n].copy_from_slice(&wire[pos..pos + n]);
+            r.filled(n);
+            pos += n;
+            while let Some(f) = r.next_frame().unwrap() {
+                got.push(f.to_vec());
+            }
+        }
+        assert_eq!(got, bodies);
+        assert_eq!(r.moved(), 0);
     }
 
     #[test]
