@@ -35,6 +35,8 @@ use super::{Datagram, PacketIo};
 
 /// Largest UDP payload in one IPv4 datagram (65535 - 20 IP - 8 UDP).
 pub const MAX_UDP_PAYLOAD_V4: usize = 65_507;
+/// Most segments one GSO send may carry (Linux's `UDP_MAX_SEGMENTS`).
+const MAX_GSO_RUN: usize = 64;
 
 /// Size of one receive buffer when GRO is on: holds any aggregate the kernel
 /// can hand up for IPv4 (at most 64 KiB of payload).
@@ -217,8 +219,6 @@ pub struct KernelUdp {
     pending: VecDeque<KernelDatagram>,
     /// Buffers (each `max_payload` long) ready for `alloc`.
     free: Vec<Vec<u8>>,
-    /// Concatenation of the segments of one GSO send.
-    gso_scratch: Vec<u8>,
     stats: KernelUdpStats,
     wrong_port_logged: bool,
     /// Destinations reported closed (ICMP port unreachable), not yet taken.
@@ -373,7 +373,6 @@ impl KernelUdp {
             rx_meta: vec![RecvMeta::default(); batch],
             pending: VecDeque::new(),
             free: Vec::new(),
-            gso_scratch: Vec::new(),
             stats: KernelUdpStats::default(),
             wrong_port_logged: false,
             closed_ports: Vec::new(),
@@ -435,6 +434,37 @@ impl KernelUdp {
     /// The bound address (with the actual port when bound to port 0).
     pub fn local_addr(&self) -> SocketAddrV4 {
         self.local
+    }
+
+    /// One GSO send of `run` (equal segments of `seg` bytes, the last may
+    /// be shorter) to `dest`: the kernel gathers the datagrams' buffers
+    /// itself (`sendmsg` with one iovec each), so they are not copied into
+    /// one buffer first.
+    fn send_segments(
+        &self,
+        run: &[KernelDatagram],
+        dest: SocketAddrV4,
+        seg: usize,
+    ) -> io::Result<()> {
+        use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags, SockaddrIn};
+        use std::os::fd::AsRawFd;
+        let mut parts = run.iter();
+        let iov: [io::IoSlice<'_>; MAX_GSO_RUN] = std::array::from_fn(|_| {
+            io::IoSlice::new(parts.next().map_or(&[][..], |d| d.payload()))
+        });
+        let seg =
+            u16::try_from(seg).map_err(|_| io::Error::from_raw_os_error(nix::libc::EINVAL))?;
+        let cmsg = [ControlMessage::UdpGsoSegments(&seg)];
+        let to = SockaddrIn::from(dest);
+        sendmsg(
+            self.socket.as_raw_fd(),
+            &iov[..run.len()],
+            &cmsg,
+            MsgFlags::empty(),
+            Some(&to),
+        )
+        .map(|_| ())
+        .map_err(io::Error::from)
     }
 
     /// Counters since bind.
@@ -522,7 +552,7 @@ impl KernelUdp {
             .state
             .max_gso_segments()
             .min(MAX_UDP_PAYLOAD_V4 / seg)
-            .max(1);
+            .clamp(1, MAX_GSO_RUN);
         let mut j = i + 1;
         while j < bufs.len() && j - i < max_segs {
             let d = &bufs[j];
@@ -551,6 +581,12 @@ fn disable_gro(socket: &UdpSocket) -> io::Result<()> {
 #[cfg(not(any(target_os = "linux", target_os = "android")))]
 fn disable_gro(_socket: &UdpSocket) -> io::Result<()> {
     Ok(())
+}
+
+/// What a GSO send fails with where the device or route cannot segment
+/// (quinn-udp turns GSO off on the same two).
+fn gso_refused(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(nix::libc::EIO | nix::libc::EINVAL))
 }
 
 fn is_backpressure(e: &io::Error) -> bool {
@@ -682,22 +718,9 @@ impl PacketIo for KernelUdp {
                 };
                 (self.state.try_send(UdpSockRef::from(&self.socket), &t), seg)
             } else {
-                self.gso_scratch.clear();
-                for d in &bufs[i..i + n] {
-                    self.gso_scratch.extend_from_slice(d.payload());
-                }
-                let t = Transmit {
-                    destination: dest,
-                    ecn: None,
-                    contents: &self.gso_scratch,
-                    segment_size: Some(seg),
-                    src_ip: None,
-                };
-                let bytes = self.gso_scratch.len();
-                (
-                    self.state.try_send(UdpSockRef::from(&self.socket), &t),
-                    bytes,
-                )
+                let run = &bufs[i..i + n];
+                let bytes = run.iter().map(|d| d.len).sum();
+                (self.send_segments(run, bufs[i].peer, seg), bytes)
             };
 
             match res {
@@ -714,9 +737,9 @@ impl PacketIo for KernelUdp {
                 Err(_) if retried_at != Some(i) && self.read_error_queue() > 0 => {
                     retried_at = Some(i);
                 }
-                Err(e) if n > 1 && self.state.max_gso_segments() <= 1 => {
-                    // quinn-udp turned GSO off after EIO/EINVAL: resend this
-                    // run one datagram at a time instead of dropping it.
+                Err(e) if n > 1 && gso_refused(&e) => {
+                    // The device cannot segment: resend this run one
+                    // datagram at a time instead of dropping it.
                     tracing::info!(local = %self.local, error = %e, "UDP GSO rejected; sending without GSO from now on");
                     self.gso = false;
                 }
