@@ -26,7 +26,8 @@ pub trait Backend: PacketIo {
 
     /// Peer addresses found closed since the last call (nobody listens
     /// there: the peer's process is gone). Backends that cannot tell
-    /// return none, and a dead peer is found by its silence instead.
+    /// return none; a dead peer is then found by its liveness link to
+    /// rank 0 (module `watch`), or else by its silence.
     fn take_closed_ports(&mut self) -> Vec<SocketAddrV4> {
         Vec::new()
     }

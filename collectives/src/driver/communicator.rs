@@ -70,10 +70,19 @@ impl Clock {
             next_watch: now,
         }
     }
+
+    /// A new collective: idle and ping times start over; the links keep
+    /// their pace (reading them at every start would cost rank 0 a read
+    /// per rank per collective).
+    fn restart(&mut self, timeout: Duration) {
+        self.idle_since = None;
+        self.next_ping = Instant::now() + timeout / 4;
+    }
 }
 
-/// How often the liveness links are read: a dead rank is named this long
-/// after rank 0 sees its connection close, at worst twice over.
+/// How often the liveness links are read during a collective (idle
+/// waits end in time for it): a relay reaches a rank within twice this
+/// of rank 0 seeing the link close.
 const WATCH_EVERY: Duration = Duration::from_millis(10);
 /// How long a rank found dead (its liveness link closed) may stay so
 /// before the running collective fails. A rank that completed this
@@ -124,8 +133,8 @@ pub struct Communicator<B: Backend = KernelUdp> {
     wakeups: u64,
     idle_waits: u64,
     clock: Clock,
-    /// The liveness links of a job joined through the rendezvous. Dropped
-    /// after `Drop` has sent the goodbyes, so its `bye` comes last.
+    /// The liveness links of a job joined through the rendezvous; `Drop`
+    /// says `bye` on them after the QUIC goodbyes.
     watch: Option<Watch>,
 }
 
@@ -349,7 +358,7 @@ impl<B: Backend> Communicator<B> {
             Err(e) => return Err(self.fail(e)),
         };
         self.mesh.reset_liveness();
-        self.clock = Clock::new(self.cfg.timeout);
+        self.clock.restart(self.cfg.timeout);
         let mut complete = first == Progress::Complete;
         let mut flush_until = None;
         while !(complete && self.quiet()) {
@@ -490,7 +499,7 @@ impl<B: Backend> Communicator<B> {
                 }
                 Ok(Progress::Pending) => {
                     self.mesh.reset_liveness();
-                    self.clock = Clock::new(self.cfg.timeout);
+                    self.clock.restart(self.cfg.timeout);
                 }
                 Err(e) => {
                     let e = match self.engine.is_active() {
@@ -528,19 +537,22 @@ impl<B: Backend> Communicator<B> {
     fn round(&mut self, buf: &mut [f32], complete: &mut bool, nap: Option<Duration>) -> Result<()> {
         let work = self.mesh.turn(&mut self.engine, buf, complete)?;
         let now = Instant::now();
+        if let Some(w) = self.watch.as_mut().filter(|_| now >= self.clock.next_watch) {
+            w.poll();
+            self.clock.next_watch = now + WATCH_EVERY;
+        }
         if work > 0 || *complete {
             self.clock.idle_since = None;
         } else {
             let since = *self.clock.idle_since.get_or_insert(now);
             if let Some(nap) = nap.filter(|_| now - since >= self.cfg.spin) {
-                let until_ping = self.clock.next_ping.saturating_duration_since(now);
-                self.mesh.idle_wait(until_ping.min(nap))?;
+                let mut until = self.clock.next_ping.saturating_duration_since(now);
+                if self.watch.is_some() {
+                    until = until.min(self.clock.next_watch.saturating_duration_since(now));
+                }
+                self.mesh.idle_wait(until.min(nap))?;
                 self.idle_waits += 1;
             }
-        }
-        if let Some(w) = self.watch.as_mut().filter(|_| now >= self.clock.next_watch) {
-            w.poll();
-            self.clock.next_watch = now + WATCH_EVERY;
         }
         if self.engine.is_active() {
             self.check_departed(now)?;
@@ -650,5 +662,9 @@ impl<B: Backend> Drop for Communicator<B> {
         let _ = self
             .mesh
             .close(&mut self.engine, linger, self.failed.as_ref());
+        // After the goodbyes: the liveness links learn this was no crash.
+        if let Some(w) = &mut self.watch {
+            w.say_bye();
+        }
     }
 }

@@ -44,7 +44,7 @@
 //!   joined through the rendezvous keeps each rank's TCP connection to
 //!   rank 0 open (module `watch`): a process that dies has it closed by
 //!   its kernel, rank 0 tells the others, and the collective fails with
-//!   [`Error::PeerLost`] within tens of milliseconds (also on our DPDK
+//!   [`Error::PeerLost`] within about a quarter second (also on our DPDK
 //!   stack, where nothing else but the timeout would tell). After such an
 //!   error the communicator refuses further work ([`Error::Failed`]).
 //!   `timeout` must exceed how late a healthy rank may enter a collective.

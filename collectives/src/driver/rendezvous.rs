@@ -705,6 +705,27 @@ mod tests {
     }
 
     #[test]
+    fn a_relay_sent_with_the_table_is_not_lost() {
+        // Rank 0 writes the table and, in the same segment, that rank 2 is
+        // lost: the reader of the table must hand those bytes to the watch.
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let rank0 = std::thread::spawn(move || {
+            let (mut s, _) = listener.accept().unwrap();
+            let mut line = String::new();
+            std::io::BufRead::read_line(&mut BufReader::new(&s), &mut line).unwrap();
+            s.write_all(b"ok 3\n127.0.0.1:1\n127.0.0.1:2\n127.0.0.1:3\nlost 2\n")
+                .unwrap();
+            std::thread::sleep(Duration::from_millis(300));
+        });
+        let (table, watch) =
+            exchange(&rank_env(1, 3, port), wildcard(2), Duration::from_secs(5)).unwrap();
+        assert_eq!(table.len(), 3);
+        assert_eq!(watch.lost(), vec![2]);
+        rank0.join().unwrap();
+    }
+
+    #[test]
     fn a_rank_0_that_trickles_bytes_cannot_hold_a_rank_past_its_timeout() {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();

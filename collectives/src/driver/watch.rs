@@ -12,20 +12,32 @@
 //! ```
 //! A link that closes (end of stream or an error) without `bye` is a lost
 //! rank: the one at the other end. When rank 0 itself is lost, every rank
-//! sees its own link close. A whole host that goes down closes nothing:
-//! that is still the silence timeout's case.
+//! sees its own link close. The links carry TCP keepalives (first probe
+//! after 10 s idle, then every 5 s, 3 unanswered end it), which keeps
+//! middleboxes from expiring a link that is idle for a whole job and ends
+//! one whose peer host went down (about 25 s, inside the default 30 s
+//! silence timeout).
+//!
+//! Limits: relays go out while rank 0 runs collectives (the links are read
+//! in the progress loop); rank 0 holds one connection per rank and lane
+//! for the whole job (mind `ulimit -n` for very large jobs); a child
+//! process that inherits a rank's link (a `fork` without exec) keeps it
+//! open after the rank dies, until the child exits too.
 
 use std::io::{ErrorKind, Read, Write};
-use std::net::TcpStream;
+use std::net::{Shutdown, TcpStream};
 use std::time::{Duration, Instant};
 
+use socket2::{SockRef, TcpKeepalive};
 use tracing::{debug, warn};
 
 /// Longest line a link accepts (`lost R` is a dozen bytes).
 const MAX_LINE: usize = 64;
 
 /// This rank's ends of the liveness links: to rank 0, or (on rank 0) to
-/// every other rank. Polled from the progress loop; sends `bye` on drop.
+/// every other rank. Polled from the progress loop; `say_bye` when the
+/// rank leaves through its code (dropped without it, the links close as
+/// a crash would close them).
 #[derive(Debug)]
 pub struct Watch {
     world: usize,
@@ -53,6 +65,17 @@ enum LinkState {
     Left,
     /// Closed without a `bye`.
     Lost,
+    /// Kept open but not read (it could not be made non-blocking): that
+    /// rank is watched by the silence timeout only.
+    Unwatched,
+}
+
+/// The keepalive every link carries (see the module docs).
+fn keepalive() -> TcpKeepalive {
+    TcpKeepalive::new()
+        .with_time(Duration::from_secs(10))
+        .with_interval(Duration::from_secs(5))
+        .with_retries(3)
 }
 
 impl Watch {
@@ -72,17 +95,23 @@ impl Watch {
     fn new(world: usize, streams: Vec<(usize, TcpStream)>) -> Watch {
         let links = streams
             .into_iter()
-            .filter_map(|(rank, stream)| match stream.set_nonblocking(true) {
-                Ok(()) => Some(Link {
+            .map(|(rank, stream)| {
+                if let Err(e) = SockRef::from(&stream).set_tcp_keepalive(&keepalive()) {
+                    warn!(rank, error = %e, "liveness link: no TCP keepalive");
+                }
+                let state = match stream.set_nonblocking(true) {
+                    Ok(()) => LinkState::Open,
+                    Err(e) => {
+                        warn!(rank, error = %e, "liveness link unusable; that rank is watched by the silence timeout only");
+                        LinkState::Unwatched
+                    }
+                };
+                Link {
                     rank,
                     stream,
                     line: Vec::new(),
                     outbox: Vec::new(),
-                    state: LinkState::Open,
-                }),
-                Err(e) => {
-                    warn!(rank, error = %e, "liveness link unusable; that rank is watched by timeout only");
-                    None
+                    state,
                 }
             })
             .collect();
@@ -104,6 +133,24 @@ impl Watch {
             .iter()
             .filter(move |&&(_, at)| now.saturating_duration_since(at) >= grace)
             .map(|&(r, _)| r)
+    }
+
+    /// This rank leaves through its code (after its QUIC goodbyes): says
+    /// `bye` on every link it has not seen close, then closes them.
+    pub fn say_bye(&mut self) {
+        for l in &mut self.links {
+            if !matches!(l.state, LinkState::Open | LinkState::Unwatched) {
+                continue;
+            }
+            // Unread input (a relay) would make the close a reset, which
+            // the other end may see before the bye.
+            let mut sink = [0u8; 256];
+            while matches!(l.stream.read(&mut sink), Ok(n) if n > 0) {}
+            l.outbox.extend_from_slice(b"bye\n");
+            flush(l);
+            let _ = l.stream.shutdown(Shutdown::Write);
+            l.state = LinkState::Left;
+        }
     }
 
     /// Reads every link without blocking; on rank 0, tells the others of
@@ -161,11 +208,11 @@ impl Watch {
             self.links[i].state = LinkState::Left;
             return;
         }
-        // Only rank 0 reports other ranks.
+        // Only rank 0 reports, and only other ranks.
         let reported = line
             .strip_prefix("lost ")
             .and_then(|r| r.parse::<usize>().ok())
-            .filter(|&r| from == 0 && r < self.world);
+            .filter(|&r| from == 0 && r != 0 && r < self.world);
         match reported {
             Some(r) => self.note_lost(r),
             None => {
@@ -201,7 +248,7 @@ impl Watch {
     #[cfg(test)]
     pub(crate) fn sever(&mut self) {
         for l in &mut self.links {
-            let _ = l.stream.shutdown(std::net::Shutdown::Both);
+            let _ = l.stream.shutdown(Shutdown::Both);
             l.state = LinkState::Left;
         }
     }
@@ -217,16 +264,6 @@ fn flush(l: &mut Link) {
             }
             Err(e) if e.kind() == ErrorKind::Interrupted => {}
             Err(_) => break,
-        }
-    }
-}
-
-impl Drop for Watch {
-    /// Leaving through the code (not a crash): say so on every open link.
-    fn drop(&mut self) {
-        for l in self.links.iter_mut().filter(|l| l.state == LinkState::Open) {
-            l.outbox.extend_from_slice(b"bye\n");
-            flush(l);
         }
     }
 }
@@ -275,7 +312,7 @@ mod tests {
     #[test]
     fn a_rank_that_leaves_through_its_code_is_not_lost() {
         let (mut zero, mut ranks) = job(3);
-        drop(ranks.remove(1)); // rank 2 says bye
+        ranks.remove(1).say_bye(); // rank 2
         let start = Instant::now();
         while start.elapsed() < Duration::from_millis(200) {
             zero.poll();
@@ -284,6 +321,14 @@ mod tests {
         assert_eq!(zero.lost(), Vec::<usize>::new());
         assert_eq!(ranks[0].lost(), Vec::<usize>::new());
         assert_eq!(zero.links[1].state, LinkState::Left);
+    }
+
+    #[test]
+    fn a_rank_dropped_without_a_bye_counts_as_lost() {
+        // A communicator that never came up drops its watch unsaid.
+        let (mut zero, mut ranks) = job(3);
+        drop(ranks.remove(0)); // rank 1
+        assert_eq!(poll_until_lost(&mut zero), vec![1]);
     }
 
     #[test]
@@ -301,17 +346,19 @@ mod tests {
         let w = &mut ranks[0];
         w.take_bytes(0, b"lost 2\n");
         w.take_bytes(0, b"lost 99\nnonsense\n");
+        w.take_bytes(0, b"lost 0\n"); // rank 0 about itself: meaningless
         let long = vec![b'x'; 10 * MAX_LINE];
         w.take_bytes(0, &long);
-        w.take_bytes(0, b"\nlost 0\n");
-        // Rank 99 is out of range, the junk is ignored.
-        assert_eq!(w.lost(), vec![2, 0]);
+        w.take_bytes(0, b"\nlost 1\n");
+        // Rank 99 is out of range, rank 0 cannot be lost by its own word,
+        // the junk is ignored.
+        assert_eq!(w.lost(), vec![2, 1]);
         // Each counts once its grace has passed.
         let now = Instant::now();
         assert_eq!(w.lost_for(Duration::from_secs(60), now).count(), 0);
         assert_eq!(
             w.lost_for(Duration::ZERO, now).collect::<Vec<_>>(),
-            vec![2, 0]
+            vec![2, 1]
         );
     }
 }
