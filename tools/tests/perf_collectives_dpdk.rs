@@ -13,14 +13,18 @@ mod common;
 use common::{check_rows, json_rows, perf_output as perf};
 
 /// Links whose names our run `pid` would have given (`ac<pid>...`).
+/// Links and network namespaces of run `pid` still there.
 fn links_left(pid: u32) -> Vec<String> {
-    let out = Command::new("ip").args(["-br", "link"]).output().unwrap();
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| l.split([' ', '@']).next())
-        .filter(|n| n.starts_with(&format!("ac{pid}")))
-        .map(str::to_string)
-        .collect()
+    let names = |args: &[&str]| {
+        let out = Command::new("ip").args(args).output().unwrap();
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| l.split([' ', '@']).next())
+            .filter(|n| n.starts_with(&format!("ac{pid}")))
+            .map(str::to_string)
+            .collect::<Vec<_>>()
+    };
+    [names(&["-br", "link"]), names(&["netns", "list"])].concat()
 }
 
 #[test]
@@ -224,6 +228,80 @@ fn dead_dpdk_rank_is_a_clear_error_and_the_network_is_removed() {
         Duration::from_secs(15),
         "closed without a goodbye",
     );
+    assert_eq!(
+        links_left(pid),
+        Vec::<String>::new(),
+        "virtual network left behind"
+    );
+}
+
+/// An nftables table in this (the host's) namespace, deleted on drop.
+struct HostFirewall(&'static str);
+
+impl HostFirewall {
+    fn add(name: &'static str, rules: &str) -> HostFirewall {
+        let _ = Command::new("nft")
+            .args(["delete", "table", "bridge", name])
+            .status();
+        let script = format!("table bridge {name} {{\n{rules}\n}}\n");
+        let ok = Command::new("nft")
+            .args(["-f", "-"])
+            .stdin(std::process::Stdio::piped())
+            .spawn()
+            .and_then(|mut c| {
+                use std::io::Write;
+                c.stdin
+                    .take()
+                    .expect("stdin")
+                    .write_all(script.as_bytes())?;
+                c.wait()
+            });
+        assert!(ok.map(|s| s.success()).unwrap_or(false), "nft -f: {script}");
+        HostFirewall(name)
+    }
+}
+
+impl Drop for HostFirewall {
+    fn drop(&mut self) {
+        let _ = Command::new("nft")
+            .args(["delete", "table", "bridge", self.0])
+            .status();
+    }
+}
+
+#[test]
+fn a_host_firewall_that_drops_bridged_frames_does_not_reach_the_ranks() {
+    // Like Docker's FORWARD policy on a host with br_netfilter: the host
+    // drops what its bridges forward (here only ports named like ours,
+    // so no other bridge on the machine is touched). The ranks' bridge
+    // lives in a namespace of its own, where the host's rules do not run.
+    let _fw = HostFirewall::add(
+        "ainftp_test_fw",
+        "chain block { type filter hook forward priority 0; iifname \"ac*\" counter drop; }",
+    );
+    let (out, pid) = perf(&[
+        "allreduce",
+        "--local-ranks",
+        "2",
+        "--transport",
+        "dpdk",
+        "-b",
+        "1K",
+        "-e",
+        "64K",
+        "-f",
+        "8",
+        "-n",
+        "2",
+        "-w",
+        "1",
+        "--timeout",
+        "5",
+        "--json",
+    ]);
+    let rows = json_rows(&out);
+    assert_eq!(rows.len(), 3, "1 KiB .. 64 KiB by 8x: {rows:?}");
+    check_rows(&rows, 1e-6, true);
     assert_eq!(
         links_left(pid),
         Vec::<String>::new(),

@@ -4,7 +4,11 @@
 //! bridge ports. Lane k of every rank has its own subnet, 10.98.k.0/24.
 //! Ranks stay in this network namespace (their rendezvous is TCP on
 //! 127.0.0.1); their QUIC traffic goes DPDK -> veth -> bridge -> veth ->
-//! DPDK. Removed on drop, also when a rank fails.
+//! DPDK. The bridge and its ports live in a network namespace of their
+//! own, where bridged frames skip netfilter (`bridge-nf-call-*` = 0 there:
+//! with `br_netfilter` loaded, as container hosts have it, every frame
+//! would otherwise cross the host's iptables hooks; the host's own setting
+//! is left alone). Removed on drop, also when a rank fails.
 
 use std::net::Ipv4Addr;
 use std::process::Command;
@@ -28,6 +32,8 @@ pub enum Pmd {
 }
 
 pub struct VirtualNet {
+    /// The namespace holding the bridge and its ports.
+    netns: String,
     bridge: String,
     /// Our veth ends: rank r's lane k is `links[r * lanes + k]`.
     links: Vec<String>,
@@ -70,6 +76,7 @@ impl VirtualNet {
         }
         let pid = std::process::id();
         let mut net = VirtualNet {
+            netns: format!("ac{pid}ns"),
             bridge: format!("ac{pid}br"),
             links: Vec::new(),
             lanes,
@@ -77,20 +84,26 @@ impl VirtualNet {
             mtu,
             add_mtu_flag: mtu_flag.is_none(),
         };
-        ip(&["link", "add", &net.bridge, "type", "bridge"])?;
-        quiet_ipv6(&net.bridge);
-        ip(&["link", "set", &net.bridge, "up"])?;
+        ip(&["netns", "add", &net.netns])?;
+        // Before anything is created there: the defaults apply to it.
+        ip(&["netns", "exec", &net.netns, "sh", "-c", NETNS_SETTINGS])?;
+        let ns = net.netns.clone();
+        let in_ns = |args: &[&str]| ip(&[&["-n", ns.as_str()], args].concat());
+        in_ns(&["link", "add", &net.bridge, "type", "bridge"])?;
+        in_ns(&["link", "set", &net.bridge, "up"])?;
+        let mtu_text = mtu.to_string();
         for j in 0..n * lanes {
             let dev = format!("ac{pid}r{j}");
             let port = format!("{dev}p");
-            ip(&["link", "add", &dev, "type", "veth", "peer", "name", &port])?;
+            ip(&[
+                "link", "add", &dev, "type", "veth", "peer", "name", &port, "netns", &ns,
+            ])?;
             net.links.push(dev.clone());
-            for d in [&dev, &port] {
-                quiet_ipv6(d);
-                ip(&["link", "set", d, "mtu", &mtu.to_string()])?;
-            }
-            ip(&["link", "set", &port, "master", &net.bridge])?;
-            ip(&["link", "set", &port, "up"])?;
+            quiet_ipv6(&dev);
+            ip(&["link", "set", &dev, "mtu", &mtu_text])?;
+            in_ns(&["link", "set", &port, "mtu", &mtu_text])?;
+            in_ns(&["link", "set", &port, "master", &net.bridge])?;
+            in_ns(&["link", "set", &port, "up"])?;
             ip(&["link", "set", &dev, "up"])?;
         }
         Ok(net)
@@ -127,11 +140,12 @@ impl VirtualNet {
 
 impl Drop for VirtualNet {
     fn drop(&mut self) {
-        // Deleting one end of a veth pair deletes both.
+        // Deleting one end of a veth pair deletes both; the namespace
+        // takes the bridge with it.
         for dev in &self.links {
             let _ = ip(&["link", "del", dev]);
         }
-        let _ = ip(&["link", "del", &self.bridge]);
+        let _ = ip(&["netns", "del", &self.netns]);
     }
 }
 
@@ -150,6 +164,19 @@ fn ip(args: &[&str]) -> Result<()> {
         )))
     }
 }
+
+/// Run in the bridge's namespace as it is made: bridged frames skip
+/// netfilter (where `br_netfilter` is loaded), and no IPv6 on anything
+/// created there (as `quiet_ipv6`).
+const NETNS_SETTINGS: &str = "\
+    for f in /proc/sys/net/bridge/bridge-nf-call-iptables \
+             /proc/sys/net/bridge/bridge-nf-call-ip6tables \
+             /proc/sys/net/bridge/bridge-nf-call-arptables; do \
+        if [ -e $f ]; then echo 0 > $f; fi; \
+    done; \
+    echo 1 > /proc/sys/net/ipv6/conf/all/disable_ipv6; \
+    echo 1 > /proc/sys/net/ipv6/conf/default/disable_ipv6; \
+    true";
 
 /// No IPv6 on the virtual links: the kernel's router solicitations and
 /// neighbour discovery would only be noise in the ranks' drop counters.
