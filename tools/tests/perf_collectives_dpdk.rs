@@ -20,7 +20,11 @@ fn links_left(pid: u32) -> Vec<String> {
         String::from_utf8_lossy(&out.stdout)
             .lines()
             .filter_map(|l| l.split([' ', '@']).next())
-            .filter(|n| n.starts_with(&format!("ac{pid}")))
+            // `ac<pid>` then a letter: run 123 is not run 1234.
+            .filter(|n| {
+                n.strip_prefix(&format!("ac{pid}"))
+                    .is_some_and(|rest| rest.starts_with(|c: char| c.is_ascii_alphabetic()))
+            })
             .map(str::to_string)
             .collect::<Vec<_>>()
     };
@@ -271,10 +275,10 @@ impl Drop for HostFirewall {
 
 #[test]
 fn a_host_firewall_that_drops_bridged_frames_does_not_reach_the_ranks() {
-    // Like Docker's FORWARD policy on a host with br_netfilter: the host
-    // drops what its bridges forward (here only ports named like ours,
-    // so no other bridge on the machine is touched). The ranks' bridge
-    // lives in a namespace of its own, where the host's rules do not run.
+    // A host firewall that drops what its bridges forward (an nftables
+    // bridge-family rule, here only for ports named like ours, so no other
+    // bridge on the machine is touched). The ranks' bridge lives in a
+    // namespace of its own, where the host's rules do not run.
     let _fw = HostFirewall::add(
         "ainftp_test_fw",
         "chain block { type filter hook forward priority 0; iifname \"ac*\" counter drop; }",

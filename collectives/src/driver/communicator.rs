@@ -546,11 +546,16 @@ impl<B: Backend> Communicator<B> {
         } else {
             let since = *self.clock.idle_since.get_or_insert(now);
             if let Some(nap) = nap.filter(|_| now - since >= self.cfg.spin) {
-                let mut until = self.clock.next_ping.saturating_duration_since(now);
+                // Pings are due only while a collective runs (they are
+                // sent, and rescheduled, only then).
+                let mut until = nap;
+                if self.engine.is_active() {
+                    until = until.min(self.clock.next_ping.saturating_duration_since(now));
+                }
                 if self.watch.is_some() {
                     until = until.min(self.clock.next_watch.saturating_duration_since(now));
                 }
-                self.mesh.idle_wait(until.min(nap))?;
+                self.mesh.idle_wait(until)?;
                 self.idle_waits += 1;
             }
         }

@@ -93,6 +93,9 @@ pub struct TooLong {
     pub max: usize,
 }
 
+/// What a read asks for beyond a length prefix it has not seen yet.
+const HEAD_READ: usize = 4096;
+
 /// Reassembly buffer of one stream.
 #[derive(Debug)]
 pub struct FrameReader {
@@ -165,14 +168,17 @@ impl FrameReader {
         Ok(Some(&self.buf[at..at + len]))
     }
 
-    /// How many bytes complete the length prefix, or else the frame being
-    /// assembled. Reading exactly that never reads into the next frame, so
-    /// a finished frame leaves the buffer empty and nothing is ever moved
-    /// to make room (the buffer grows to the largest frame once).
+    /// How many bytes to read next: with the length prefix known, exactly
+    /// what completes the frame being assembled, so a read never runs into
+    /// the next frame and a finished frame leaves the buffer empty (the
+    /// buffer grows to the largest frame once); before it, the prefix and
+    /// `HEAD_READ` bytes more, so that small frames come many to a read.
+    /// Only what follows a frame shorter than `HEAD_READ` is ever moved to
+    /// make room.
     pub fn wanted(&self) -> usize {
         let avail = self.end - self.start;
         if avail < LEN_BYTES {
-            return LEN_BYTES - avail;
+            return LEN_BYTES + HEAD_READ - avail;
         }
         let mut prefix = [0u8; LEN_BYTES];
         prefix.copy_from_slice(&self.buf[self.start..self.start + LEN_BYTES]);
@@ -236,33 +242,52 @@ mod tests {
         assert_eq!(got, bodies);
     }
 
-    /// A reader that asks for `wanted` each time (as the mesh does) gets
-    /// every frame without moving a byte, however the sends were split.
-    #[test]
-    fn reading_what_is_wanted_moves_nothing() {
-        let bodies: Vec<Vec<u8>> = (0..40usize)
-            .map(|i| (0..(i * 7919) % 100_000).map(|j| (i ^ j) as u8).collect())
-            .collect();
+    /// Feeds `bodies` as one stream to a reader that asks for `wanted`
+    /// each time (as the mesh does), with at most a varying number of
+    /// bytes readable at once; returns the frames and the reads made.
+    fn read_as_the_mesh_does(r: &mut FrameReader, bodies: &[Vec<u8>]) -> (Vec<Vec<u8>>, usize) {
         let mut wire = Vec::new();
-        for b in &bodies {
+        for b in bodies {
             wire.extend_from_slice(&(b.len() as u32).to_le_bytes());
             wire.extend_from_slice(b);
         }
-        let mut r = FrameReader::new(1 << 20);
-        let (mut got, mut pos, mut arrived) = (Vec::new(), 0, 0);
+        let (mut got, mut pos, mut arrived, mut reads) = (Vec::new(), 0, 0, 0);
         while pos < wire.len() {
-            // The stream has up to `arrived` bytes readable at a time.
             arrived = (arrived * 13 + 5) % 20_000 + 1;
             let n = r.wanted().min(arrived).min(wire.len() - pos);
             r.spare(r.wanted())[..n].copy_from_slice(&wire[pos..pos + n]);
             r.filled(n);
             pos += n;
+            reads += 1;
             while let Some(f) = r.next_frame().unwrap() {
                 got.push(f.to_vec());
             }
         }
-        assert_eq!(got, bodies);
+        (got, reads)
+    }
+
+    /// Frames of `HEAD_READ` bytes or more are never moved in the buffer,
+    /// however the stream arrives; small frames come many to a read.
+    #[test]
+    fn reading_what_is_wanted_moves_only_what_follows_small_frames() {
+        let big: Vec<Vec<u8>> = (1..40usize)
+            .map(|i| {
+                let len = HEAD_READ + (i * 7919) % 100_000;
+                (0..len).map(|j| (i ^ j) as u8).collect()
+            })
+            .collect();
+        let mut r = FrameReader::new(1 << 20);
+        let (got, _) = read_as_the_mesh_does(&mut r, &big);
+        assert_eq!(got, big);
         assert_eq!(r.moved(), 0);
+
+        let small: Vec<Vec<u8>> = (0..1000usize).map(|i| vec![i as u8; i % 20]).collect();
+        let mut r = FrameReader::new(1 << 20);
+        let (got, reads) = read_as_the_mesh_does(&mut r, &small);
+        assert_eq!(got, small);
+        // 13.5 KB in 1000 frames: dozens of frames a read.
+        assert!(reads * 50 <= small.len(), "{reads} reads");
+        assert!(r.moved() <= (reads * (LEN_BYTES + HEAD_READ)) as u64);
     }
 
     #[test]

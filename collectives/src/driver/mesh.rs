@@ -499,6 +499,9 @@ impl<B: Backend> Mesh<B> {
             let Some((n, fin)) = got else {
                 break;
             };
+            if n == 0 && !fin {
+                break;
+            }
             link.input.filled(n);
             read += n;
             loop {

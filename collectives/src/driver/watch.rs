@@ -13,10 +13,10 @@
 //! A link that closes (end of stream or an error) without `bye` is a lost
 //! rank: the one at the other end. When rank 0 itself is lost, every rank
 //! sees its own link close. The links carry TCP keepalives (first probe
-//! after 10 s idle, then every 5 s, 3 unanswered end it), which keeps
-//! middleboxes from expiring a link that is idle for a whole job and ends
-//! one whose peer host went down (about 25 s, inside the default 30 s
-//! silence timeout).
+//! after 10 s idle, then every 5 s, 3 unanswered end it) and a 25 s
+//! `TCP_USER_TIMEOUT`, which keeps middleboxes from expiring a link that
+//! is idle for a whole job and ends one whose peer host went down (about
+//! 25 s, inside the default 30 s silence timeout).
 //!
 //! Limits: relays go out while rank 0 runs collectives (the links are read
 //! in the progress loop); rank 0 holds one connection per rank and lane
@@ -70,6 +70,11 @@ enum LinkState {
     Unwatched,
 }
 
+/// How long a link's peer may leave probes or data unanswered before the
+/// link counts as closed (`TCP_USER_TIMEOUT`: also when a relay is queued,
+/// where keepalives do not run).
+const DEAD_AFTER: Duration = Duration::from_secs(25);
+
 /// The keepalive every link carries (see the module docs).
 fn keepalive() -> TcpKeepalive {
     TcpKeepalive::new()
@@ -96,7 +101,11 @@ impl Watch {
         let links = streams
             .into_iter()
             .map(|(rank, stream)| {
-                if let Err(e) = SockRef::from(&stream).set_tcp_keepalive(&keepalive()) {
+                let sock = SockRef::from(&stream);
+                let dead_after = sock
+                    .set_tcp_keepalive(&keepalive())
+                    .and_then(|()| sock.set_tcp_user_timeout(Some(DEAD_AFTER)));
+                if let Err(e) = dead_after {
                     warn!(rank, error = %e, "liveness link: no TCP keepalive");
                 }
                 let state = match stream.set_nonblocking(true) {
@@ -143,9 +152,11 @@ impl Watch {
                 continue;
             }
             // Unread input (a relay) would make the close a reset, which
-            // the other end may see before the bye.
+            // the other end may see before the bye. (An unwatched link
+            // blocks: it is not drained.)
             let mut sink = [0u8; 256];
-            while matches!(l.stream.read(&mut sink), Ok(n) if n > 0) {}
+            while l.state == LinkState::Open && matches!(l.stream.read(&mut sink), Ok(n) if n > 0) {
+            }
             l.outbox.extend_from_slice(b"bye\n");
             flush(l);
             let _ = l.stream.shutdown(Shutdown::Write);
@@ -156,11 +167,12 @@ impl Watch {
     /// Reads every link without blocking; on rank 0, tells the others of
     /// a rank it finds lost. Cheap: one read per open link.
     pub fn poll(&mut self) {
-        for i in 0..self.links.len() {
-            if self.links[i].state != LinkState::Open {
-                continue;
+        for l in self.links.iter_mut().filter(|l| l.state == LinkState::Open) {
+            if !l.outbox.is_empty() {
+                flush(l);
             }
-            flush(&mut self.links[i]);
+        }
+        for i in self.readable() {
             let mut chunk = [0u8; 256];
             loop {
                 match self.links[i].stream.read(&mut chunk) {
@@ -184,6 +196,31 @@ impl Watch {
                     }
                 }
             }
+        }
+    }
+
+    /// Open links with input, an end of stream or an error waiting: one
+    /// `poll(2)` over all of them (rank 0 has one per rank).
+    fn readable(&self) -> Vec<usize> {
+        use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+        use std::os::fd::AsFd;
+        let open: Vec<usize> = (0..self.links.len())
+            .filter(|&i| self.links[i].state == LinkState::Open)
+            .collect();
+        let mut fds: Vec<PollFd<'_>> = open
+            .iter()
+            .map(|&i| PollFd::new(self.links[i].stream.as_fd(), PollFlags::POLLIN))
+            .collect();
+        match poll(&mut fds, PollTimeout::ZERO) {
+            Ok(0) => Vec::new(),
+            Ok(_) => open
+                .iter()
+                .zip(&fds)
+                .filter(|(_, f)| f.revents().is_some_and(|r| !r.is_empty()))
+                .map(|(&i, _)| i)
+                .collect(),
+            // Interrupted, or out of memory: read them all this time.
+            Err(_) => open,
         }
     }
 

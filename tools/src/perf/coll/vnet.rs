@@ -86,7 +86,14 @@ impl VirtualNet {
         };
         ip(&["netns", "add", &net.netns])?;
         // Before anything is created there: the defaults apply to it.
-        ip(&["netns", "exec", &net.netns, "sh", "-c", NETNS_SETTINGS])?;
+        // Without them the run still works, only slower, or exposed to
+        // the host's rules (a read-only /proc/sys, a kernel older than
+        // 5.3 where these settings are not per namespace).
+        if let Err(e) = ip(&["netns", "exec", &net.netns, "sh", "-c", NETNS_SETTINGS]) {
+            eprintln!(
+                "ainftp-perf: warning: the ranks' bridge keeps the host's netfilter hooks: {e}"
+            );
+        }
         let ns = net.netns.clone();
         let in_ns = |args: &[&str]| ip(&[&["-n", ns.as_str()], args].concat());
         in_ns(&["link", "add", &net.bridge, "type", "bridge"])?;
@@ -95,10 +102,14 @@ impl VirtualNet {
         for j in 0..n * lanes {
             let dev = format!("ac{pid}r{j}");
             let port = format!("{dev}p");
-            ip(&[
-                "link", "add", &dev, "type", "veth", "peer", "name", &port, "netns", &ns,
-            ])?;
+            // Made here, then the bridge end moved: the ranks' ends take
+            // every other interface index, as without the namespace.
+            // net_af_packet names its fanout group by pid ^ ifindex, and
+            // ranks with consecutive pids on consecutive indexes would
+            // share a group across devices (PACKET_FANOUT fails: EINVAL).
+            ip(&["link", "add", &dev, "type", "veth", "peer", "name", &port])?;
             net.links.push(dev.clone());
+            ip(&["link", "set", &port, "netns", &ns])?;
             quiet_ipv6(&dev);
             ip(&["link", "set", &dev, "mtu", &mtu_text])?;
             in_ns(&["link", "set", &port, "mtu", &mtu_text])?;
@@ -169,14 +180,13 @@ fn ip(args: &[&str]) -> Result<()> {
 /// netfilter (where `br_netfilter` is loaded), and no IPv6 on anything
 /// created there (as `quiet_ipv6`).
 const NETNS_SETTINGS: &str = "\
+    echo 1 > /proc/sys/net/ipv6/conf/all/disable_ipv6; \
+    echo 1 > /proc/sys/net/ipv6/conf/default/disable_ipv6; \
     for f in /proc/sys/net/bridge/bridge-nf-call-iptables \
              /proc/sys/net/bridge/bridge-nf-call-ip6tables \
              /proc/sys/net/bridge/bridge-nf-call-arptables; do \
-        if [ -e $f ]; then echo 0 > $f; fi; \
-    done; \
-    echo 1 > /proc/sys/net/ipv6/conf/all/disable_ipv6; \
-    echo 1 > /proc/sys/net/ipv6/conf/default/disable_ipv6; \
-    true";
+        if [ -e $f ]; then echo 0 > $f || exit 1; fi; \
+    done";
 
 /// No IPv6 on the virtual links: the kernel's router solicitations and
 /// neighbour discovery would only be noise in the ranks' drop counters.
