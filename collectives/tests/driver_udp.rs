@@ -391,3 +391,45 @@ fn a_peer_that_binds_late_is_not_taken_for_dead() {
         assert_eq!(h.join().unwrap(), Ok(2.0), "rank {r}");
     }
 }
+
+#[test]
+fn a_root_waiting_on_a_slow_peer_to_drain_naps_instead_of_spinning() {
+    // The root of a broadcast is done once its data is queued; what QUIC
+    // has not taken yet waits on the peer's flow control while the peer
+    // is away (here 1.5 s). That wait must sleep, also past the time a
+    // liveness ping would have been due (a quarter of the 3 s timeout):
+    // pings are not sent outside a collective, and a past ping time once
+    // made every wait return at once.
+    let mut cfg = DriverConfig {
+        timeout: Duration::from_secs(3),
+        ..DriverConfig::default()
+    };
+    // 1 MiB of credit from the sleeping peer, for 4 MiB of data.
+    cfg.quic.stream_window = 1 << 20;
+    cfg.quic.connection_window = 1 << 20;
+    let n = 1 << 20;
+    let out = on_ranks(2, cfg, move |mut c| {
+        let mut buf = vec![c.rank() as f32; n];
+        if c.rank() == 1 {
+            std::thread::sleep(Duration::from_millis(1500));
+        }
+        let before = c.counters().idle_waits;
+        let start = Instant::now();
+        c.broadcast(&mut buf, 0).unwrap();
+        let (waits, took) = (c.counters().idle_waits - before, start.elapsed());
+        // The root keeps the traffic moving until the peer has it all.
+        c.barrier().unwrap();
+        (waits, took, buf[n - 1], c)
+    });
+    let (root_waits, root_took, _, _) = &out[0];
+    assert!(
+        *root_took > Duration::from_millis(1000),
+        "the root waited for the peer to drain: {root_took:?}"
+    );
+    // A nap each LONGEST_NAP or QUIC timer: dozens; a spin: many thousands.
+    assert!(
+        *root_waits < 2000,
+        "{root_waits} idle waits in {root_took:?}"
+    );
+    assert_eq!(out[1].2, 0.0, "rank 1 got the root's data");
+}
