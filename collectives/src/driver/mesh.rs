@@ -52,6 +52,30 @@ pub struct Goodbye {
 
 /// Ranks up to this can be named as a goodbye's cause (24 bits).
 const MAX_CAUSE: usize = (1 << 24) - 2;
+
+impl Goodbye {
+    /// The frame: magic, `completed` (u32 LE), then a u32 LE word whose
+    /// byte 0 is `failed` and bytes 1-3 the cause + 1 (0: none).
+    fn to_frame(self) -> Vec<u8> {
+        let mut frame = Vec::with_capacity(BYE_LEN);
+        frame.extend_from_slice(BYE_MAGIC);
+        frame.extend_from_slice(&self.completed.to_le_bytes());
+        let cause = self.cause.filter(|&c| c <= MAX_CAUSE).map_or(0, |c| c + 1) as u32;
+        frame.extend_from_slice(&(u32::from(self.failed) | cause << 8).to_le_bytes());
+        frame
+    }
+
+    /// Reads a frame `is_bye` accepted; a cause outside `world` is none.
+    fn from_frame(frame: &[u8], world: usize) -> Goodbye {
+        let word = |at: usize| u32::from_le_bytes(frame[at..at + 4].try_into().expect("4 bytes"));
+        let cause = (word(12) >> 8) as usize;
+        Goodbye {
+            completed: word(8),
+            failed: frame[12] != 0,
+            cause: cause.checked_sub(1).filter(|&c| c < world),
+        }
+    }
+}
 /// Largest frame accepted: far above the engine's largest message (a
 /// 65535-element f32 chunk plus header), far below anything that could
 /// exhaust memory.
@@ -517,16 +541,7 @@ impl<B: Backend> Mesh<B> {
                 self.counters.frames_received += 1;
                 match link.rank {
                     Some(from) if is_bye(frame) => {
-                        let word = |at: usize| {
-                            u32::from_le_bytes(frame[at..at + 4].try_into().expect("4 bytes"))
-                        };
-                        // Byte 12: failed; bytes 13-15: cause + 1 (0: none).
-                        let cause = (word(12) >> 8) as usize;
-                        let bye = Goodbye {
-                            completed: word(8),
-                            failed: frame[12] != 0,
-                            cause: cause.checked_sub(1).filter(|&c| c < self.world),
-                        };
+                        let bye = Goodbye::from_frame(frame, self.world);
                         debug!(rank = from, ?bye, "peer said goodbye");
                         // Once per rank, though it comes on every connection.
                         if !self.departed.iter().any(|&(r, _)| r == from) {
@@ -712,17 +727,13 @@ impl<B: Backend> Mesh<B> {
     /// Queues the goodbye on every link that carries a stream, behind
     /// anything still queued there.
     fn say_goodbye(&mut self, bye: Goodbye) {
+        let frame = bye.to_frame();
         for l in &mut self.links {
             if l.stream.is_none() || !l.established || l.closed || l.fin_sent {
                 continue;
             }
-            let mut frame = Vec::with_capacity(BYE_LEN);
-            frame.extend_from_slice(BYE_MAGIC);
-            frame.extend_from_slice(&bye.completed.to_le_bytes());
-            let cause = bye.cause.filter(|&c| c <= MAX_CAUSE).map_or(0, |c| c + 1) as u32;
-            frame.extend_from_slice(&(u32::from(bye.failed) | cause << 8).to_le_bytes());
             let before = l.out.pending_bytes();
-            l.out.push(frame);
+            l.out.push(frame.clone());
             self.pending += l.out.pending_bytes() - before;
         }
     }
@@ -776,4 +787,42 @@ fn parse_hello(frame: &[u8], world: usize, me: usize) -> std::result::Result<usi
         ));
     }
     Ok(rank)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_goodbye_reads_back_as_written() {
+        let byes = [
+            Goodbye {
+                completed: 7,
+                failed: false,
+                cause: None,
+            },
+            Goodbye {
+                completed: u32::MAX,
+                failed: true,
+                cause: Some(2),
+            },
+            Goodbye {
+                completed: 0,
+                failed: true,
+                cause: Some(MAX_CAUSE),
+            },
+        ];
+        for bye in byes {
+            let frame = bye.to_frame();
+            assert!(is_bye(&frame));
+            assert_eq!(Goodbye::from_frame(&frame, MAX_CAUSE + 1), bye);
+        }
+        // A cause outside the job is none.
+        let far = Goodbye {
+            completed: 1,
+            failed: true,
+            cause: Some(9),
+        };
+        assert_eq!(Goodbye::from_frame(&far.to_frame(), 4).cause, None);
+    }
 }

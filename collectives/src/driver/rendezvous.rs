@@ -245,11 +245,16 @@ fn serve(
     // Ranks that checked in, with their connections.
     let mut checked_in: Vec<(usize, TcpStream)> = Vec::new();
     let mut pending: Vec<Pending> = Vec::new();
-    // Tells everyone it holds (and whoever waits in the listen queue) why
-    // the rendezvous failed, then returns that failure.
-    let give_up = |checked_in: Vec<(usize, TcpStream)>, pending: Vec<Pending>, why: String| {
+    // Tells everyone it holds (the ranks, the clients still pending, the
+    // one that caused it, and whoever waits in the listen queue) why the
+    // rendezvous failed, then returns that failure.
+    let give_up = |checked_in: Vec<(usize, TcpStream)>,
+                   pending: Vec<Pending>,
+                   culprit: Option<TcpStream>,
+                   why: String| {
         let mut all: Vec<TcpStream> = checked_in.into_iter().map(|(_, s)| s).collect();
         all.extend(pending.into_iter().map(|p| p.stream));
+        all.extend(culprit);
         while let Ok((s, _)) = listener.accept() {
             all.push(s);
             if all.len() > MAX_PENDING * 2 {
@@ -262,7 +267,7 @@ fn serve(
     while table.iter().any(Option::is_none) {
         if Instant::now() >= deadline {
             let missing: Vec<usize> = (0..env.world).filter(|&r| table[r].is_none()).collect();
-            return give_up(checked_in, pending, format!(
+            return give_up(checked_in, pending, None, format!(
                 "ranks {missing:?} did not check in at port {port} in time: are they started with the same MASTER_ADDR/MASTER_PORT?"
             ));
         }
@@ -326,10 +331,7 @@ fn serve(
                         &format!("err rank {rank} checked in twice\n"),
                     );
                 }
-                Err(why) => {
-                    checked_in.push((usize::MAX, s));
-                    return give_up(checked_in, pending, why);
-                }
+                Err(why) => return give_up(checked_in, pending, Some(s), why),
             }
         }
         if !moved {
