@@ -110,6 +110,8 @@ pub enum Error {
     UnknownHandle(u64),
     #[error("the communicator failed earlier and cannot run collectives: {0}")]
     Failed(Box<Error>),
+    #[error("the communicator's progress thread {0}")]
+    ProgressThread(&'static str),
 }
 
 impl Error {

@@ -254,6 +254,15 @@ where
         total
     }
 
+    /// One round of traffic on every lane without waiting (see
+    /// [`Communicator::progress`]).
+    pub fn progress(&mut self) -> Result<()> {
+        for lane in &mut self.lanes {
+            lane.progress(Duration::ZERO)?;
+        }
+        Ok(())
+    }
+
     pub fn all_reduce(&mut self, buf: &mut [f32], op: ReduceOp) -> Result<()> {
         self.run(Collective::all_reduce(op), buf)
     }

@@ -63,6 +63,7 @@
 //! [`Error::Failed`]: crate::Error::Failed
 
 pub mod backend;
+pub mod background;
 pub mod communicator;
 pub mod device;
 pub mod framing;
@@ -78,6 +79,7 @@ use stack::io::kernel::KernelUdpConfig;
 use stack::quic::QuicConfig;
 
 pub use backend::{Backend, WireCounters};
+pub use background::{Background, Collectives, Pending};
 pub use communicator::{Communicator, DriverCounters, OpHandle};
 pub use device::{DeviceCounters, DevicePipeline, OnDevice};
 pub use lanes::Lanes;
