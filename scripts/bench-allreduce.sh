@@ -9,6 +9,9 @@
 # MTU (loopback) capped at 32 KiB, ainftp-perf's own default.
 # LANES: ainftp's lanes per rank (--lanes; each a thread on a CPU of its
 # own while there are enough); default 1. Gloo runs as it is.
+# PROGRESS: where ainftp's collectives progress (--progress caller|thread;
+# default caller). OVERLAP_US: simulated computation per step, in us
+# (--overlap-us; Gloo then uses async_op=True); time_us is the whole step.
 # PERF, PY: the ainftp-perf binary (default: built here) and the python
 # with torch (default: Debian's), for hosts that have their own.
 set -euo pipefail
@@ -25,6 +28,8 @@ CODECS=${CODECS:-"f32 i16"}
 TRANSPORTS=${TRANSPORTS:-"udp dpdk"}
 PAYLOAD=${PAYLOAD:-}
 LANES=${LANES:-1}
+PROGRESS=${PROGRESS:-caller}
+OVERLAP_US=${OVERLAP_US:-0}
 PY=${PY:-/usr/bin/python3}   # Debian's python3-torch (scripts/setup-host.sh)
 
 if ! "$PY" -c 'import torch.distributed as d; assert d.is_gloo_available()' 2>/dev/null; then
@@ -36,7 +41,7 @@ if [ -z "${PERF:-}" ]; then
     PERF=target/release/ainftp-perf
 fi
 OUT=$(mktemp -d /tmp/bench-allreduce.XXXXXX)
-flags=(-b "$MINBYTES" -e "$MAXBYTES" -f "$FACTOR" -n "$ITERS" -w "$WARMUP")
+flags=(-b "$MINBYTES" -e "$MAXBYTES" -f "$FACTOR" -n "$ITERS" -w "$WARMUP" --overlap-us "$OVERLAP_US")
 payload=()
 if [ -n "$PAYLOAD" ]; then payload=(--udp-payload "$PAYLOAD"); fi
 
@@ -46,12 +51,14 @@ for ranks in $RANKS; do
         for transport in $TRANSPORTS; do
             for codec in $CODECS; do
                 for lanes in $LANES; do
-                    echo "# ranks=$ranks run=$run ainftp transport=$transport codec=$codec lanes=$lanes" >&2
-                    # libbpf's notes on stderr (af_xdp) go to a log.
-                    "$PERF" allreduce --local-ranks "$ranks" --transport "$transport" --codec "$codec" \
-                        --lanes "$lanes" "${payload[@]}" "${flags[@]}" --json \
-                        > "$OUT/ainftp_$transport-$ranks-$codec-$run-$lanes.jsonl" 2>>"$OUT/stderr.log" ||
-                        { echo "bench-allreduce: ainftp-perf failed:" >&2; tail -5 "$OUT/stderr.log" >&2; exit 1; }
+                    for progress in $PROGRESS; do
+                        echo "# ranks=$ranks run=$run ainftp transport=$transport codec=$codec lanes=$lanes progress=$progress" >&2
+                        # libbpf's notes on stderr (af_xdp) go to a log.
+                        "$PERF" allreduce --local-ranks "$ranks" --transport "$transport" --codec "$codec" \
+                            --lanes "$lanes" --progress "$progress" "${payload[@]}" "${flags[@]}" --json \
+                            > "$OUT/ainftp_$transport-$ranks-$codec-$run-$lanes-$progress.jsonl" 2>>"$OUT/stderr.log" ||
+                            { echo "bench-allreduce: ainftp-perf failed:" >&2; tail -5 "$OUT/stderr.log" >&2; exit 1; }
+                    done
                 done
             done
         done
@@ -70,6 +77,8 @@ for path in glob.glob(os.path.join(out, "*.jsonl")):
     variant = "gloo" if tool == "gloo" else tool.split("_")[1] + " " + rest[0]
     if tool != "gloo" and rest[2] != "1":
         variant += f" x{rest[2]} lanes"
+    if tool != "gloo" and rest[3] != "caller":
+        variant += f" ({rest[3]})"
     for line in open(path):
         r = json.loads(line)
         runs.setdefault((variant, int(ranks), r["bytes"]), []).append(r)

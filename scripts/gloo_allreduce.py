@@ -7,6 +7,10 @@ inputs (rank r, element i: ((7i + 13r) mod 64) / 4 - 8), same timing
 columns, one JSON object per size with --json.
 
     gloo_allreduce.py --local-ranks 4 -b 8 -e 64M -f 4 -n 10 -w 3 [--json]
+
+--overlap-us N (as ainftp-perf's): each timed iteration starts the
+all-reduce (async_op=True: Gloo runs it on its own threads), sleeps N us as
+a CPU waiting on its GPU would, then waits for it; time_us is the whole step.
 """
 
 import argparse
@@ -53,10 +57,16 @@ def rank_main(rank, world, port, args, out):
             buf.copy_(inp)
             dist.all_reduce(buf, op=op)
         total = 0.0
+        compute = args.overlap_us / 1e6
         for _ in range(args.iters):
             buf.copy_(inp)
             t = time.perf_counter()
-            dist.all_reduce(buf, op=op)
+            if compute > 0:
+                work = dist.all_reduce(buf, op=op, async_op=True)
+                time.sleep(compute)
+                work.wait()
+            else:
+                dist.all_reduce(buf, op=op)
             total += time.perf_counter() - t
         stacked = torch.stack([values(torch, r, count) for r in range(world)])
         if args.op == "sum":
@@ -84,6 +94,8 @@ def rank_main(rank, world, port, args, out):
             "busbw_GBs": algbw * 2 * (world - 1) / world,
             "max_rel_err": float(rel.max()) if count else 0.0,
             "wrong": wrong,
+            "progress": "thread",
+            "overlap_us": args.overlap_us,
         }
         if rank == 0:
             if args.json:
@@ -114,6 +126,7 @@ def main():
     p.add_argument("-n", "--iters", type=int, default=20)
     p.add_argument("-w", "--warmup-iters", type=int, default=5)
     p.add_argument("--op", choices=["sum", "max", "min"], default="sum")
+    p.add_argument("--overlap-us", type=int, default=0)
     p.add_argument("--json", action="store_true")
     args = p.parse_args()
 

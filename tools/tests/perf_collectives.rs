@@ -190,6 +190,45 @@ fn lanes_split_large_buckets_and_keep_results_exact() {
 }
 
 #[test]
+fn a_progress_thread_runs_the_collective_during_the_callers_computation() {
+    // Each step computes 200 ms (a sleep) and all-reduces 16 MiB. In the
+    // caller's thread nothing moves while it computes, so the all-reduce
+    // adds its whole time to the step; on a progress thread it runs during
+    // the computation and almost none of it shows.
+    let step = |progress: &str| {
+        let rows = rows(&[
+            "allreduce",
+            "--local-ranks",
+            "2",
+            "-b",
+            "16M",
+            "-e",
+            "16M",
+            "-n",
+            "3",
+            "-w",
+            "1",
+            "--overlap-us",
+            "200000",
+            "--progress",
+            progress,
+            "--json",
+        ]);
+        check_rows(&rows, 1e-6, true);
+        let r = &rows[0];
+        assert_eq!(r["progress"], progress, "{r}");
+        assert_eq!(r["overlap_us"], 200_000, "{r}");
+        r["time_us"].as_f64().unwrap() - 200_000.0
+    };
+    let exposed_caller = step("caller");
+    let exposed_thread = step("thread");
+    assert!(
+        exposed_caller > 0.0 && exposed_thread < 0.5 * exposed_caller,
+        "time beyond the computation: {exposed_thread} us on a progress thread, {exposed_caller} us in the caller's"
+    );
+}
+
+#[test]
 fn lanes_run_on_the_cpus_given() {
     // A lone rank's lanes go to the CPUs of --lcores, one each; with
     // --local-ranks, a rank's lanes go to CPUs of their own while there

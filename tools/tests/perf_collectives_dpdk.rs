@@ -109,6 +109,32 @@ fn dpdk_lanes_split_large_buckets_over_their_own_ports() {
 }
 
 #[test]
+fn dpdk_ranks_on_progress_threads_all_reduce_exact() {
+    // The stack (the EAL's lcore queue) is driven from the progress
+    // thread, not the thread that opened it.
+    let (out, pid) = perf(&common::sweep(&[
+        "allreduce",
+        "--local-ranks",
+        "2",
+        "--transport",
+        "dpdk",
+        "--progress",
+        "thread",
+        "--overlap-us",
+        "2000",
+    ]));
+    let rows = json_rows(&out);
+    assert_eq!(rows.len(), 7, "8 B .. 2 MiB by 8x: {rows:?}");
+    check_rows(&rows, 1e-6, true);
+    assert!(rows.iter().all(|r| r["progress"] == "thread"), "{rows:?}");
+    assert_eq!(
+        links_left(pid),
+        Vec::<String>::new(),
+        "virtual network left behind"
+    );
+}
+
+#[test]
 fn dpdk_lanes_get_cpus_of_their_own() {
     // EAL pins lane 0's thread; the other lanes must still get CPUs of
     // their own (one rank: lane k on the k-th allowed CPU).

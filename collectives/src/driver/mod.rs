@@ -28,6 +28,9 @@
 //! * **Where the loop runs.** In the caller's thread, inside the calls
 //!   (module `communicator`): no thread hand-off on the latency path, but
 //!   progress only while the caller is in a call (`test` polls once).
+//!   [`Background`] moves a communicator (or a rank's [`Lanes`]) onto a
+//!   progress thread instead, so buckets are reduced while the caller
+//!   computes, and wakes the caller once per bucket.
 //!   When it waits, it sets the calling thread's timer slack to 1 us
 //!   (once), so that its short naps and poll timeouts end on time.
 //! * **Liveness.** During a collective every peer is pinged (QUIC

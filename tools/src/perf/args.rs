@@ -97,6 +97,17 @@ pub enum CollAlgo {
     Rd,
 }
 
+/// Where a rank's collectives make progress.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum CollProgress {
+    /// In the caller's thread, inside the calls (nothing moves while the
+    /// caller computes).
+    Caller,
+    /// On a progress thread of the rank's own (collectives::driver::Background):
+    /// the caller hands a bucket over and is woken when it is reduced.
+    Thread,
+}
+
 /// What carries QUIC's datagrams.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Transport {
@@ -332,6 +343,19 @@ pub struct PerfArgs {
     /// Collectives: algorithm (auto: recursive doubling up to 64 KiB, ring above).
     #[arg(long, value_enum, default_value_t = CollAlgo::Auto)]
     pub algo: CollAlgo,
+
+    /// Collectives: where the collectives make progress (thread: a
+    /// progress thread per rank, on lane 0's CPU when pinned).
+    #[arg(long, value_enum, default_value_t = CollProgress::Caller)]
+    pub progress: CollProgress,
+
+    /// Collectives: microseconds of simulated computation (a sleep, as a
+    /// CPU waiting on its GPU) in every timed iteration, between handing
+    /// the buffer to the communicator and needing the result; time_us is
+    /// then the whole step. With --progress caller the collective runs
+    /// after it (nothing moves meanwhile), with thread during it.
+    #[arg(long, value_name = "US", default_value_t = 0)]
+    pub overlap_us: u64,
 
     /// Collectives: start N ranks as child processes on this host
     /// (rendezvous on 127.0.0.1). Without it, one rank per process from

@@ -3,6 +3,7 @@
 //! against known references.
 
 pub mod check;
+pub mod drive;
 pub mod local;
 pub mod vnet;
 
@@ -16,12 +17,12 @@ use stack::io::kernel::KernelUdpConfig;
 use stack::quic::QuicConfig;
 
 use crate::error::{Error, Result};
-use crate::perf::args::{CollAlgo, CollCodec, CollOp, Mode, PerfArgs, Transport};
+use crate::perf::args::{CollAlgo, CollCodec, CollOp, CollProgress, Mode, PerfArgs, Transport};
 use crate::perf::quic;
 
 /// A backend lanes can run on (each lane's thread owns its backend).
-trait LaneBackend: Backend + Send {}
-impl<B: Backend + Send> LaneBackend for B {}
+pub trait LaneBackend: Backend + Send + 'static {}
+impl<B: Backend + Send + 'static> LaneBackend for B {}
 
 /// One output row (one buffer size).
 #[derive(Debug, Serialize)]
@@ -59,6 +60,10 @@ pub struct Row {
     pub lane_wire_bytes_per_op: Vec<f64>,
     /// The CPU each of rank 0's lanes runs on (null: not pinned).
     pub lane_cpus: Vec<Option<usize>>,
+    /// Where the collectives ran: "caller" or "thread" (`--progress`).
+    pub progress: &'static str,
+    /// Simulated computation per iteration, included in time_us.
+    pub overlap_us: u64,
 }
 
 /// Runs the mode: spawns local ranks, or is one rank.
@@ -182,19 +187,27 @@ fn open_dpdk_lanes(
     Ok((stacks, (eal, arenas)))
 }
 
-fn run_rank<B: LaneBackend>(mut comm: Lanes<B>, args: &PerfArgs) -> Result<()>
+fn run_rank<B: LaneBackend>(mut lanes: Lanes<B>, args: &PerfArgs) -> Result<()>
 where
     B::Buf: Send,
 {
-    comm.set_min_lane_bytes(usize::try_from(args.lane_min_bytes).unwrap_or(usize::MAX));
-    let (rank, world) = (comm.rank(), comm.world());
+    lanes.set_min_lane_bytes(usize::try_from(args.lane_min_bytes).unwrap_or(usize::MAX));
+    let (rank, world) = (lanes.rank(), lanes.world());
     if args.fault_exit_rank == Some(rank) {
         eprintln!("ainftp-perf: rank {rank} exits on purpose (--fault-exit-rank)");
         std::process::exit(70);
     }
     if rank == 0 && !args.json {
-        print_header(args, world, comm.peers()[0], comm.max_payload());
+        print_header(args, world, lanes.peers()[0], lanes.max_payload());
     }
+    let mut comm = match args.progress {
+        CollProgress::Caller => drive::RankDriver::Caller(lanes),
+        CollProgress::Thread => {
+            // Lane 0's CPU: the progress thread takes over lane 0's work.
+            let cpu = lanes.cpus()[0];
+            drive::RankDriver::Thread(collectives::driver::Background::spawn(lanes, cpu)?)
+        }
+    };
     let mut bytes = args.minbytes;
     while bytes <= args.maxbytes {
         let row = measure(&mut comm, args, bytes)?;
@@ -322,37 +335,72 @@ fn bus_factor(mode: Mode, world: usize) -> f64 {
     }
 }
 
-fn measure<B: LaneBackend>(comm: &mut Lanes<B>, args: &PerfArgs, bytes: u64) -> Result<Row>
+/// What a row reports of the lanes themselves, read where they run.
+struct LaneFacts {
+    rank: usize,
+    world: usize,
+    counters: DriverCounters,
+    lane_sent: Vec<u64>,
+    algo: Result<&'static str>,
+    lanes_for: usize,
+    max_payload: usize,
+    cpus: Vec<Option<usize>>,
+}
+
+fn lane_facts<B: LaneBackend>(
+    comm: &drive::RankDriver<B>,
+    op: Op,
+    count: usize,
+) -> Result<LaneFacts>
 where
     B::Buf: Send,
 {
-    let (rank, world) = (comm.rank(), comm.world());
+    comm.inspect(move |l| LaneFacts {
+        rank: l.rank(),
+        world: l.world(),
+        counters: l.counters(),
+        lane_sent: (0..l.lanes())
+            .map(|k| l.lane(k).counters().wire.bytes_sent)
+            .collect(),
+        algo: algo_name(l, op, count),
+        lanes_for: l.lanes_for(op, count),
+        max_payload: l.max_payload(),
+        cpus: l.cpus().to_vec(),
+    })
+}
+
+fn measure<B: LaneBackend>(
+    comm: &mut drive::RankDriver<B>,
+    args: &PerfArgs,
+    bytes: u64,
+) -> Result<Row>
+where
+    B::Buf: Send,
+{
     let count = (bytes / 4) as usize;
     let coll = collective(args);
+    let facts = lane_facts(comm, coll.op, count)?;
+    let (rank, world) = (facts.rank, facts.world);
     let mut input = vec![0f32; count];
     check::fill(args.mode, rank, world, &mut input);
     let mut buf = input.clone();
     for _ in 0..args.warmup_iters {
         buf.copy_from_slice(&input);
-        comm.run(coll, &mut buf)?;
+        comm.step(coll, &mut buf, Duration::ZERO)?;
     }
-    let lane_sent = |comm: &Lanes<B>| -> Vec<u64> {
-        (0..comm.lanes())
-            .map(|k| comm.lane(k).counters().wire.bytes_sent)
-            .collect()
-    };
-    let before = comm.counters();
-    let lanes_before = lane_sent(comm);
+    let before = lane_facts(comm, coll.op, count)?;
+    let compute = Duration::from_micros(args.overlap_us);
     let mut total = Duration::ZERO;
     for _ in 0..args.iters {
         // Fresh input each time (not timed), so results stay checkable.
         buf.copy_from_slice(&input);
         let t = Instant::now();
-        comm.run(coll, &mut buf)?;
+        comm.step(coll, &mut buf, compute)?;
         total += t.elapsed();
     }
-    let after = comm.counters();
-    let lanes_after = lane_sent(comm);
+    let after = lane_facts(comm, coll.op, count)?;
+    let (before, lanes_before) = (before.counters, before.lane_sent);
+    let (after, lanes_after) = (after.counters, after.lane_sent);
     let (max_rel_err, wrong) = check::check(args.mode, args.op, args.codec, rank, world, &buf);
     let identical = if args.mode == Mode::ReduceScatter {
         None
@@ -384,15 +432,20 @@ where
                 CollOp::Min => "min",
             }
         },
-        algo: algo_name(comm, coll.op, count)?,
-        datagram_bytes: comm.max_payload(),
-        lanes: comm.lanes_for(coll.op, count),
+        algo: facts.algo?,
+        datagram_bytes: facts.max_payload,
+        lanes: facts.lanes_for,
         lane_wire_bytes_per_op: lanes_before
             .iter()
             .zip(&lanes_after)
             .map(|(b, a)| (a - b) as f64 / args.iters as f64)
             .collect(),
-        lane_cpus: comm.cpus().to_vec(),
+        lane_cpus: facts.cpus,
+        progress: match args.progress {
+            CollProgress::Caller => "caller",
+            CollProgress::Thread => "thread",
+        },
+        overlap_us: args.overlap_us,
         time_us: secs * 1e6,
         algbw,
         busbw: algbw * bus_factor(args.mode, world),
@@ -419,7 +472,7 @@ where
 /// Whether every rank's hash equals ours. Each of the 64 bits and its
 /// complement go through one all-reduce(max): a bit differs somewhere iff
 /// both it and its complement reach 1. (0/1 values survive the i16 codec.)
-fn all_identical<B: LaneBackend>(comm: &mut Lanes<B>, hash: u64) -> Result<bool>
+fn all_identical<B: LaneBackend>(comm: &mut drive::RankDriver<B>, hash: u64) -> Result<bool>
 where
     B::Buf: Send,
 {
@@ -447,6 +500,18 @@ fn print_header(args: &PerfArgs, world: usize, me: SocketAddrV4, payload: usize)
         args.warmup_iters,
         args.iters
     );
+    let progress = match args.progress {
+        CollProgress::Caller => "in the caller's thread",
+        CollProgress::Thread => "on a progress thread per rank",
+    };
+    if args.overlap_us > 0 {
+        println!(
+            "# collectives run {progress}; each timed iteration also computes {} us (time_us is the whole step)",
+            args.overlap_us
+        );
+    } else if args.progress == CollProgress::Thread {
+        println!("# collectives run {progress}");
+    }
     println!(
         "# {:>12} {:>10} {:>6} {:>5} {:>4} {:>6} {:>11} {:>10} {:>10} {:>11} {:>6} {:>9} {:>10}",
         "size",
