@@ -164,6 +164,7 @@
 pub mod algo;
 pub mod codec;
 pub mod driver;
+pub mod dtype;
 pub mod engine;
 pub mod error;
 pub mod message;
@@ -171,6 +172,7 @@ pub mod sim;
 
 pub use algo::shard_range;
 pub use codec::{Codec, Isa, Rounding};
+pub use dtype::bf16;
 pub use engine::{Config, Engine};
 pub use error::{Error, Result};
 pub use message::AlgoId;

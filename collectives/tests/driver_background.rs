@@ -9,7 +9,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use collectives::driver::{Background, Communicator, DriverConfig, Lanes};
-use collectives::{shard_range, Collective, Error, ReduceOp};
+use collectives::{bf16, shard_range, Collective, Error, ReduceOp};
 
 fn value(rank: usize, i: usize) -> f32 {
     ((i * 7 + rank * 13) % 64) as f32 * 0.25 - 8.0
@@ -104,6 +104,12 @@ fn buckets_started_back_to_back_run_in_order_with_reference_results() {
             bg.start(Collective::barrier(), Vec::new()),
             bg.start(Collective::all_reduce(ReduceOp::Avg), vec![r as f32]),
         ];
+        // A bf16 bucket queued behind them, waited for first.
+        let half = bg.start_bf16(
+            Collective::all_reduce(ReduceOp::Sum),
+            vec![bf16::from_f32(0.5 + r as f32); 5],
+        );
+        assert_eq!(half.wait().unwrap(), vec![bf16::from_f32(4.5); 5]);
         // Waited for in reverse: each result is kept until asked for.
         let mut results: Vec<Vec<f32>> = pending
             .into_iter()
@@ -124,7 +130,7 @@ fn buckets_started_back_to_back_run_in_order_with_reference_results() {
         }
         assert!(res[4].is_empty());
         assert_eq!(res[5], vec![1.0]); // (0 + 1 + 2) / 3
-        assert_eq!(*wakeups, 6);
+        assert_eq!(*wakeups, 7);
         assert_eq!(res[0], out[0].1[0], "rank {r} differs from rank 0");
     }
 }

@@ -7,7 +7,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use collectives::driver::{Communicator, DriverConfig};
-use collectives::{shard_range, Collective, Error, ReduceOp};
+use collectives::{bf16, shard_range, Collective, Error, ReduceOp};
 
 fn value(rank: usize, i: usize) -> f32 {
     ((i * 7 + rank * 13) % 64) as f32 * 0.25 - 8.0
@@ -100,6 +100,36 @@ fn other_collectives_and_nonblocking() {
         assert!(bc.iter().all(|&x| x == 2.0));
         assert!(a1.iter().all(|&x| x == world as f32));
         assert!(a2.iter().all(|&x| x == 1.0), "{a2:?}");
+    }
+}
+
+#[test]
+fn bf16_buckets_are_reduced_in_f32_and_rounded_once() {
+    // Inputs in [1, 2) with 7 fraction bits: exact in bf16, but sums of
+    // three need 9 significant bits, so the result must be the exact sum
+    // rounded once to bf16 (nearest, ties to even), on every rank.
+    let world = 3;
+    let n = 100_003;
+    let input = |r: usize, i: usize| 1.0 + ((i * 7 + r * 13) % 128) as f32 / 128.0;
+    let out = on_ranks(world, DriverConfig::default(), move |mut c| {
+        let r = c.rank();
+        let mut sum: Vec<bf16> = (0..n).map(|i| bf16::from_f32(input(r, i))).collect();
+        c.all_reduce_bf16(&mut sum, ReduceOp::Sum).unwrap();
+        let mut bc = vec![bf16::from_f32(r as f32 + 0.5); 11];
+        c.run_bf16(Collective::broadcast(1), &mut bc).unwrap();
+        (sum, bc)
+    });
+    let rounded = (0..n).filter(|&i| {
+        let exact: f32 = (0..world).map(|r| input(r, i)).sum();
+        bf16::from_f32(exact).to_f32() != exact
+    });
+    assert!(rounded.count() > n / 2, "the inputs must exercise rounding");
+    for (r, (sum, bc)) in out.iter().enumerate() {
+        for (i, got) in sum.iter().enumerate() {
+            let exact: f64 = (0..world).map(|q| f64::from(input(q, i))).sum();
+            assert_eq!(*got, bf16::from_f64(exact), "rank {r} element {i}");
+        }
+        assert_eq!(*bc, vec![bf16::from_f32(1.5); 11], "rank {r}");
     }
 }
 

@@ -32,7 +32,7 @@ use super::communicator::{Communicator, DriverCounters};
 use super::lanes::Lanes;
 use super::Backend;
 use crate::error::{Error, Result};
-use crate::{Collective, ReduceOp};
+use crate::{bf16, Collective, ReduceOp};
 
 /// How often an idle progress thread moves the mesh's traffic.
 pub const IDLE_TICK: Duration = Duration::from_millis(2);
@@ -44,6 +44,8 @@ pub trait Collectives: Send + 'static {
     fn world(&self) -> usize;
     /// Runs `collective` on `buf` to completion.
     fn run(&mut self, collective: Collective, buf: &mut [f32]) -> Result<()>;
+    /// The same on bf16 (reduced in f32, see [`crate::dtype`]).
+    fn run_bf16(&mut self, collective: Collective, buf: &mut [bf16]) -> Result<()>;
     /// Moves traffic without waiting.
     fn progress_now(&mut self) -> Result<()>;
     fn counters(&self) -> DriverCounters;
@@ -63,6 +65,9 @@ where
     }
     fn run(&mut self, collective: Collective, buf: &mut [f32]) -> Result<()> {
         Communicator::run(self, collective, buf)
+    }
+    fn run_bf16(&mut self, collective: Collective, buf: &mut [bf16]) -> Result<()> {
+        Communicator::run_bf16(self, collective, buf)
     }
     fn progress_now(&mut self) -> Result<()> {
         self.progress(Duration::ZERO)
@@ -88,6 +93,9 @@ where
     fn run(&mut self, collective: Collective, buf: &mut [f32]) -> Result<()> {
         Lanes::run(self, collective, buf)
     }
+    fn run_bf16(&mut self, collective: Collective, buf: &mut [bf16]) -> Result<()> {
+        Lanes::run_bf16(self, collective, buf)
+    }
     fn progress_now(&mut self) -> Result<()> {
         self.progress()
     }
@@ -99,15 +107,8 @@ where
     }
 }
 
-enum Request<C> {
-    Run {
-        collective: Collective,
-        buf: Vec<f32>,
-        done: Sender<Result<Vec<f32>>>,
-    },
-    /// Runs on the progress thread with the communicator in hand.
-    Call(Box<dyn FnOnce(&mut C) + Send>),
-}
+/// Runs on the progress thread with the communicator in hand.
+type Request<C> = Box<dyn FnOnce(&mut C) + Send>;
 
 /// Collectives run by a thread of their own. Dropping it (or
 /// [`Background::shutdown`]) runs every collective already started, then
@@ -157,12 +158,25 @@ impl<C: Collectives> Background<C> {
     /// back). Collectives run in the order started, one at a time; every
     /// rank must start the same ones in the same order.
     pub fn start(&mut self, collective: Collective, buf: Vec<f32>) -> Pending {
+        self.queue(buf, move |c, buf| c.run(collective, buf))
+    }
+
+    /// `start` on bf16 (reduced in f32, see [`crate::dtype`]).
+    pub fn start_bf16(&mut self, collective: Collective, buf: Vec<bf16>) -> Pending<bf16> {
+        self.queue(buf, move |c, buf| c.run_bf16(collective, buf))
+    }
+
+    fn queue<T: Send + 'static>(
+        &mut self,
+        mut buf: Vec<T>,
+        run: impl FnOnce(&mut C, &mut [T]) -> Result<()> + Send + 'static,
+    ) -> Pending<T> {
         let (done, result) = crossbeam_channel::bounded(1);
-        let request = Request::Run {
-            collective,
-            buf,
-            done,
-        };
+        let request: Request<C> = Box::new(move |c| {
+            let r = run(c, &mut buf).map(|()| buf);
+            // The caller may have dropped its Pending: nothing to tell.
+            let _ = done.send(r);
+        });
         match self.send(request) {
             Ok(()) => Pending {
                 result,
@@ -201,9 +215,9 @@ impl<C: Collectives> Background<C> {
         f: impl FnOnce(&mut C) -> R + Send + 'static,
     ) -> Result<R> {
         let (reply, answer) = crossbeam_channel::bounded(1);
-        self.send(Request::Call(Box::new(move |c: &mut C| {
+        self.send(Box::new(move |c: &mut C| {
             let _ = reply.send(f(c));
-        })))?;
+        }))?;
         answer.recv().map_err(|_| gone())
     }
 
@@ -235,14 +249,14 @@ impl<C: Collectives> Drop for Background<C> {
     }
 }
 
-/// A collective started with [`Background::start`].
+/// A collective started with [`Background::start`] (or `start_bf16`).
 #[must_use = "wait for the collective to get its buffer back"]
-pub struct Pending {
-    result: Receiver<Result<Vec<f32>>>,
-    ready: Option<Result<Vec<f32>>>,
+pub struct Pending<T = f32> {
+    result: Receiver<Result<Vec<T>>>,
+    ready: Option<Result<Vec<T>>>,
 }
 
-impl Pending {
+impl<T> Pending<T> {
     /// Whether the result is in; never blocks and moves nothing (the
     /// progress thread does that).
     pub fn test(&mut self) -> bool {
@@ -257,7 +271,7 @@ impl Pending {
     }
 
     /// Sleeps until the collective is done; its buffer (the result).
-    pub fn wait(self) -> Result<Vec<f32>> {
+    pub fn wait(self) -> Result<Vec<T>> {
         match self.ready {
             Some(r) => r,
             None => self.result.recv().unwrap_or_else(|_| Err(gone())),
@@ -275,16 +289,7 @@ fn gone() -> Error {
 fn serve<C: Collectives>(mut comm: C, queue: Receiver<Request<C>>) -> Result<()> {
     loop {
         match queue.recv_timeout(IDLE_TICK) {
-            Ok(Request::Run {
-                collective,
-                mut buf,
-                done,
-            }) => {
-                let result = comm.run(collective, &mut buf).map(|()| buf);
-                // The caller may have dropped its Pending: nothing to tell.
-                let _ = done.send(result);
-            }
-            Ok(Request::Call(f)) => f(&mut comm),
+            Ok(request) => request(&mut comm),
             // A failure here (a peer's connection closed while idle)
             // leaves the communicator failed: the next collective says why.
             Err(RecvTimeoutError::Timeout) => drop(comm.progress_now()),

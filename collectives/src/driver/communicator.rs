@@ -22,7 +22,7 @@ use super::watch::Watch;
 use super::DriverConfig;
 use crate::engine::Engine;
 use crate::error::{Error, Result};
-use crate::{Collective, Counters, Progress, ReduceOp};
+use crate::{bf16, Collective, Counters, Progress, ReduceOp};
 
 /// Everything the communicator counts.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -136,6 +136,8 @@ pub struct Communicator<B: Backend = KernelUdp> {
     /// The liveness links of a job joined through the rendezvous; `Drop`
     /// says `bye` on them after the QUIC goodbyes.
     watch: Option<Watch>,
+    /// bf16 buckets widened to f32 (grows to the largest bucket).
+    wide: Vec<f32>,
 }
 
 impl Communicator<KernelUdp> {
@@ -258,6 +260,7 @@ impl<B: Backend> Communicator<B> {
             idle_waits: 0,
             clock,
             watch: None,
+            wide: Vec::new(),
         })
     }
 
@@ -327,6 +330,20 @@ impl<B: Backend> Communicator<B> {
 
     pub fn barrier(&mut self) -> Result<()> {
         self.run(Collective::barrier(), &mut [])
+    }
+
+    /// `all_reduce` on bf16: reduced in f32, rounded to bf16 once (see
+    /// [`crate::dtype`]).
+    pub fn all_reduce_bf16(&mut self, buf: &mut [bf16], op: ReduceOp) -> Result<()> {
+        self.run_bf16(Collective::all_reduce(op), buf)
+    }
+
+    /// `run` on a bf16 buffer, widened to f32 for the collective.
+    pub fn run_bf16(&mut self, collective: Collective, buf: &mut [bf16]) -> Result<()> {
+        let mut wide = std::mem::take(&mut self.wide);
+        let r = crate::dtype::through_f32(buf, &mut wide, |x| self.run(collective, x));
+        self.wide = wide;
+        r
     }
 
     /// Runs `collective` on `buf` to completion (after any started

@@ -48,6 +48,8 @@ where
     min_lane_bytes: usize,
     wakeups: u64,
     failed: Option<String>,
+    /// bf16 buckets widened to f32 (grows to the largest bucket).
+    wide: Vec<f32>,
 }
 
 impl Lanes<KernelUdp> {
@@ -182,6 +184,7 @@ where
             min_lane_bytes: min_lane_bytes.max(1),
             wakeups: 0,
             failed: None,
+            wide: Vec::new(),
         }
     }
 
@@ -269,6 +272,15 @@ where
 
     pub fn broadcast(&mut self, buf: &mut [f32], root: usize) -> Result<()> {
         self.run(Collective::new(Op::Broadcast { root }), buf)
+    }
+
+    /// `run` on a bf16 buffer, widened to f32 for the collective (see
+    /// [`crate::dtype`]).
+    pub fn run_bf16(&mut self, collective: Collective, buf: &mut [crate::bf16]) -> Result<()> {
+        let mut wide = std::mem::take(&mut self.wide);
+        let r = crate::dtype::through_f32(buf, &mut wide, |x| self.run(collective, x));
+        self.wide = wide;
+        r
     }
 
     /// Runs `collective` on `buf`, split over every lane when it is an
