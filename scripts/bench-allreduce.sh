@@ -12,6 +12,8 @@
 # PROGRESS: where ainftp's collectives progress (--progress caller|thread;
 # default caller). OVERLAP_US: simulated computation per step, in us
 # (--overlap-us; Gloo then uses async_op=True); time_us is the whole step.
+# DTYPE: f32 or bf16 buffers for both (--dtype; Gloo widens bf16 to f32,
+# as its users must: it cannot reduce bf16).
 # PERF, PY: the ainftp-perf binary (default: built here) and the python
 # with torch (default: Debian's), for hosts that have their own.
 set -euo pipefail
@@ -30,6 +32,7 @@ PAYLOAD=${PAYLOAD:-}
 LANES=${LANES:-1}
 PROGRESS=${PROGRESS:-caller}
 OVERLAP_US=${OVERLAP_US:-0}
+DTYPE=${DTYPE:-f32}
 PY=${PY:-/usr/bin/python3}   # Debian's python3-torch (scripts/setup-host.sh)
 
 if ! "$PY" -c 'import torch.distributed as d; assert d.is_gloo_available()' 2>/dev/null; then
@@ -41,7 +44,7 @@ if [ -z "${PERF:-}" ]; then
     PERF=target/release/ainftp-perf
 fi
 OUT=$(mktemp -d /tmp/bench-allreduce.XXXXXX)
-flags=(-b "$MINBYTES" -e "$MAXBYTES" -f "$FACTOR" -n "$ITERS" -w "$WARMUP" --overlap-us "$OVERLAP_US")
+flags=(-b "$MINBYTES" -e "$MAXBYTES" -f "$FACTOR" -n "$ITERS" -w "$WARMUP" --overlap-us "$OVERLAP_US" --dtype "$DTYPE")
 payload=()
 if [ -n "$PAYLOAD" ]; then payload=(--udp-payload "$PAYLOAD"); fi
 

@@ -11,6 +11,10 @@ columns, one JSON object per size with --json.
 --overlap-us N (as ainftp-perf's): each timed iteration starts the
 all-reduce (async_op=True: Gloo runs it on its own threads), sleeps N us as
 a CPU waiting on its GPU would, then waits for it; time_us is the whole step.
+
+--dtype bf16: the buffers are bfloat16. This torch's Gloo cannot reduce
+bf16 ("Invalid scalar type"), so, as a Gloo user must, each timed iteration
+widens to f32, all-reduces that, and rounds the result back to bf16.
 """
 
 import argparse
@@ -34,6 +38,25 @@ def values(torch, rank, count):
     return ((i * 7 + rank * 13) % 64).to(torch.float32) * 0.25 - 8.0
 
 
+def all_reduce(dist, buf, op, dtype_bf16, async_op):
+    """The all-reduce a Gloo user runs on `buf`; a handle when async_op."""
+    if not dtype_bf16:
+        return dist.all_reduce(buf, op=op, async_op=async_op)
+    wide = buf.float()
+    work = dist.all_reduce(wide, op=op, async_op=async_op)
+
+    class Narrowed:
+        def wait(self):
+            if work is not None:
+                work.wait()
+            buf.copy_(wide)
+
+    done = Narrowed()
+    if not async_op:
+        done.wait()
+    return done
+
+
 def rank_main(rank, world, port, args, out):
     import torch
     import torch.distributed as dist
@@ -50,23 +73,26 @@ def rank_main(rank, world, port, args, out):
     op = ops[args.op]
     size = args.minbytes
     while size <= args.maxbytes:
-        count = size // 4
+        bf16 = args.dtype == "bf16"
+        count = size // (2 if bf16 else 4)
         inp = values(torch, rank, count)
+        if bf16:
+            inp = inp.to(torch.bfloat16)  # multiples of 1/4 in [-8, 8): exact
         buf = inp.clone()
         for _ in range(args.warmup_iters):
             buf.copy_(inp)
-            dist.all_reduce(buf, op=op)
+            all_reduce(dist, buf, op, bf16, False)
         total = 0.0
         compute = args.overlap_us / 1e6
         for _ in range(args.iters):
             buf.copy_(inp)
             t = time.perf_counter()
             if compute > 0:
-                work = dist.all_reduce(buf, op=op, async_op=True)
+                work = all_reduce(dist, buf, op, bf16, True)
                 time.sleep(compute)
                 work.wait()
             else:
-                dist.all_reduce(buf, op=op)
+                all_reduce(dist, buf, op, bf16, False)
             total += time.perf_counter() - t
         stacked = torch.stack([values(torch, r, count) for r in range(world)])
         if args.op == "sum":
@@ -75,9 +101,12 @@ def rank_main(rank, world, port, args, out):
             ref = stacked.max(0).values
         else:
             ref = stacked.min(0).values
-        err = (buf - ref).abs()
+        got = buf.float()
+        err = (got - ref).abs()
         rel = err / ref.abs().clamp(min=1.0)
-        wrong = int((err > 1e-6 * ref.abs().clamp(min=1.0)).sum())
+        # bf16: one rounding of the result, 2^-9 relative (as ainftp-perf).
+        tol = 1e-6 * ref.abs().clamp(min=1.0) + (ref.abs() / 512 if bf16 else 0)
+        wrong = int((err > tol).sum())
         secs = total / args.iters
         algbw = size / secs / 1e9
         row = {
@@ -85,7 +114,7 @@ def rank_main(rank, world, port, args, out):
             "ranks": world,
             "bytes": size,
             "count": count,
-            "type": "float",
+            "type": "bfloat16" if bf16 else "float",
             "codec": "f32",
             "op": args.op,
             "algo": "gloo",
@@ -102,7 +131,7 @@ def rank_main(rank, world, port, args, out):
                 print(json.dumps(row), file=out, flush=True)
             else:
                 print(
-                    f"  {size:>12} {count:>10} {'float':>6} {'f32':>5} {args.op:>4} {'gloo':>6} "
+                    f"  {size:>12} {count:>10} {row['type']:>8} {'f32':>5} {args.op:>4} {'gloo':>6} "
                     f"{row['time_us']:>11.1f} {algbw:>10.4f} {row['busbw_GBs']:>10.4f} "
                     f"{row['max_rel_err']:>11.2e} {wrong:>6}",
                     file=out,
@@ -127,6 +156,7 @@ def main():
     p.add_argument("-w", "--warmup-iters", type=int, default=5)
     p.add_argument("--op", choices=["sum", "max", "min"], default="sum")
     p.add_argument("--overlap-us", type=int, default=0)
+    p.add_argument("--dtype", choices=["f32", "bf16"], default="f32")
     p.add_argument("--json", action="store_true")
     args = p.parse_args()
 

@@ -25,11 +25,14 @@ pub(crate) fn through_f32(
     scratch: &mut Vec<f32>,
     collective: impl FnOnce(&mut [f32]) -> Result<()>,
 ) -> Result<()> {
-    scratch.clear();
-    scratch.resize(buf.len(), 0.0);
-    buf.convert_to_f32_slice(scratch);
-    collective(scratch)?;
-    buf.convert_from_f32_slice(scratch);
+    // Grown (zero-filled) only when too short: no pass over it otherwise.
+    if scratch.len() < buf.len() {
+        scratch.resize(buf.len(), 0.0);
+    }
+    let wide = &mut scratch[..buf.len()];
+    buf.convert_to_f32_slice(wide);
+    collective(wide)?;
+    buf.convert_from_f32_slice(wide);
     Ok(())
 }
 

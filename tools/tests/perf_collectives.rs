@@ -190,6 +190,35 @@ fn lanes_split_large_buckets_and_keep_results_exact() {
 }
 
 #[test]
+fn bf16_buffers_are_reduced_within_one_rounding_on_both_codecs() {
+    // Sizes are bytes of bf16: 2 bytes per element.
+    for (codec, progress) in [("f32", "caller"), ("i16", "thread")] {
+        let rows = rows(&common::sweep(&[
+            "allreduce",
+            "--local-ranks",
+            "3",
+            "--dtype",
+            "bf16",
+            "--codec",
+            codec,
+            "--progress",
+            progress,
+        ]));
+        assert_eq!(rows.len(), 7, "8 B .. 2 MiB by 8x");
+        let tol = if codec == "f32" { 1.0 / 512.0 } else { 0.05 };
+        check_rows(&rows, tol, true);
+        for r in &rows {
+            assert_eq!(r["type"], "bfloat16", "{r}");
+            assert_eq!(
+                r["count"].as_u64().unwrap() * 2,
+                r["bytes"].as_u64().unwrap(),
+                "{r}"
+            );
+        }
+    }
+}
+
+#[test]
 fn a_progress_thread_runs_the_collective_during_the_callers_computation() {
     // Each step computes 200 ms (a sleep) and all-reduces 16 MiB. In the
     // caller's thread nothing moves while it computes, so the all-reduce

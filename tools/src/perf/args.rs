@@ -97,6 +97,14 @@ pub enum CollAlgo {
     Rd,
 }
 
+/// Element type of the collectives' buffers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum CollDtype {
+    F32,
+    /// bfloat16: reduced in f32 (on the wire: --codec), rounded back once.
+    Bf16,
+}
+
 /// Where a rank's collectives make progress.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum CollProgress {
@@ -343,6 +351,10 @@ pub struct PerfArgs {
     /// Collectives: algorithm (auto: recursive doubling up to 64 KiB, ring above).
     #[arg(long, value_enum, default_value_t = CollAlgo::Auto)]
     pub algo: CollAlgo,
+
+    /// Collectives: element type of the buffers (sizes are in bytes of it).
+    #[arg(long, value_enum, default_value_t = CollDtype::F32)]
+    pub dtype: CollDtype,
 
     /// Collectives: where the collectives make progress (thread: a
     /// progress thread per rank, on lane 0's CPU when pinned).

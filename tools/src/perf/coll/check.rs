@@ -5,11 +5,19 @@
 
 use collectives::shard_range;
 
-use crate::perf::args::{CollCodec, CollOp, Mode};
+use crate::perf::args::{CollCodec, CollDtype, CollOp, Mode, PerfArgs};
 
 /// Input of rank `r` at element `i`.
 pub fn value(r: usize, i: usize) -> f32 {
     ((i * 7 + r * 13) % 64) as f32 * 0.25 - 8.0
+}
+
+/// Bytes per element of `dtype`.
+pub fn elem_bytes(dtype: CollDtype) -> u64 {
+    match dtype {
+        CollDtype::F32 => 4,
+        CollDtype::Bf16 => 2,
+    }
 }
 
 /// Largest |value|.
@@ -65,9 +73,14 @@ fn reference(mode: Mode, op: CollOp, world: usize, n: usize, i: usize) -> f32 {
 
 /// Allowed |error| per element: f32 1e-6 relative; i16 the engine's bound
 /// `Q·e·A/32767 + (N-1)·2^-24·A` with `Q = 2N` (the longest path, recursive
-/// doubling), `e = 0.51` (nearest), `A = N·absmax` (crate docs).
-pub fn tolerance(mode: Mode, op: CollOp, codec: CollCodec, world: usize, reference: f32) -> f32 {
-    let exact = 1e-6 * reference.abs().max(1.0);
+/// doubling), `e = 0.51` (nearest), `A = N·absmax` (crate docs); bf16
+/// adds its one rounding of the result, 2^-9 relative.
+pub fn tolerance(args: &PerfArgs, world: usize, reference: f32) -> f32 {
+    let (mode, op, codec) = (args.mode, args.op, args.codec);
+    let mut exact = 1e-6 * reference.abs().max(1.0);
+    if args.dtype == CollDtype::Bf16 {
+        exact += reference.abs() / 512.0;
+    }
     if codec == CollCodec::F32 {
         return exact;
     }
@@ -91,14 +104,8 @@ pub fn tolerance(mode: Mode, op: CollOp, codec: CollCodec, world: usize, referen
 
 /// Checks `buf` (after the collective): (max relative error with a floor
 /// of 1 on the magnitude, elements out of tolerance).
-pub fn check(
-    mode: Mode,
-    op: CollOp,
-    codec: CollCodec,
-    rank: usize,
-    world: usize,
-    buf: &[f32],
-) -> (f64, u64) {
+pub fn check(args: &PerfArgs, rank: usize, world: usize, buf: &[f32]) -> (f64, u64) {
+    let (mode, op) = (args.mode, args.op);
     let n = buf.len();
     let mut max_rel = 0f64;
     let mut wrong = 0;
@@ -110,7 +117,7 @@ pub fn check(
             max_rel = if rel.is_nan() { f64::INFINITY } else { rel };
         }
         // NaN counts as wrong.
-        if err.is_nan() || err > tolerance(mode, op, codec, world, want) {
+        if err.is_nan() || err > tolerance(args, world, want) {
             wrong += 1;
         }
     }

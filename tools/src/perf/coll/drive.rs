@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use collectives::driver::{Background, Lanes};
-use collectives::{Collective, ReduceOp};
+use collectives::{bf16, Collective, ReduceOp};
 
 use super::LaneBackend;
 use crate::error::Result;
@@ -25,22 +25,30 @@ where
     B::Buf: Send,
 {
     /// One training step's worth: `compute` of work (a sleep) and the
-    /// collective on `buf`. The caller-thread loop moves nothing while the
-    /// caller computes, so there the collective runs after it; the
+    /// collective on `bucket`. The caller-thread loop moves nothing while
+    /// the caller computes, so there the collective runs after it; the
     /// progress thread runs it meanwhile.
     pub fn step(
         &mut self,
         collective: Collective,
-        buf: &mut Vec<f32>,
+        bucket: &mut Bucket,
         compute: Duration,
     ) -> Result<()> {
-        match self {
-            RankDriver::Caller(lanes) => {
+        match (self, bucket) {
+            (RankDriver::Caller(lanes), bucket) => {
                 compute_for(compute);
-                lanes.run(collective, buf)?;
+                match bucket {
+                    Bucket::F32(buf) => lanes.run(collective, buf)?,
+                    Bucket::Bf16(buf) => lanes.run_bf16(collective, buf)?,
+                }
             }
-            RankDriver::Thread(bg) => {
+            (RankDriver::Thread(bg), Bucket::F32(buf)) => {
                 let pending = bg.start(collective, std::mem::take(buf));
+                compute_for(compute);
+                *buf = pending.wait()?;
+            }
+            (RankDriver::Thread(bg), Bucket::Bf16(buf)) => {
+                let pending = bg.start_bf16(collective, std::mem::take(buf));
                 compute_for(compute);
                 *buf = pending.wait()?;
             }
@@ -49,7 +57,12 @@ where
     }
 
     pub fn all_reduce(&mut self, buf: &mut Vec<f32>, op: ReduceOp) -> Result<()> {
-        self.step(Collective::all_reduce(op), buf, Duration::ZERO)
+        let mut bucket = Bucket::F32(std::mem::take(buf));
+        let r = self.step(Collective::all_reduce(op), &mut bucket, Duration::ZERO);
+        if let Bucket::F32(b) = bucket {
+            *buf = b;
+        }
+        r
     }
 
     /// `f` on the lanes, wherever they run.
@@ -69,6 +82,34 @@ where
             RankDriver::Thread(bg) => bg.shutdown()?,
         }
         Ok(())
+    }
+}
+
+/// A buffer of `--dtype`.
+pub enum Bucket {
+    F32(Vec<f32>),
+    Bf16(Vec<bf16>),
+}
+
+impl Bucket {
+    /// Overwrites the bucket with `input` (in the bucket's type).
+    pub fn fill_from(&mut self, input: &[f32]) {
+        match self {
+            Bucket::F32(b) => b.copy_from_slice(input),
+            Bucket::Bf16(b) => {
+                for (x, &v) in b.iter_mut().zip(input) {
+                    *x = bf16::from_f32(v);
+                }
+            }
+        }
+    }
+
+    /// The elements as f32 (exact for both types).
+    pub fn to_f32(&self) -> Vec<f32> {
+        match self {
+            Bucket::F32(b) => b.clone(),
+            Bucket::Bf16(b) => b.iter().map(|x| x.to_f32()).collect(),
+        }
     }
 }
 

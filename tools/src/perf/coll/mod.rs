@@ -17,7 +17,9 @@ use stack::io::kernel::KernelUdpConfig;
 use stack::quic::QuicConfig;
 
 use crate::error::{Error, Result};
-use crate::perf::args::{CollAlgo, CollCodec, CollOp, CollProgress, Mode, PerfArgs, Transport};
+use crate::perf::args::{
+    CollAlgo, CollCodec, CollDtype, CollOp, CollProgress, Mode, PerfArgs, Transport,
+};
 use crate::perf::quic;
 
 /// A backend lanes can run on (each lane's thread owns its backend).
@@ -377,15 +379,18 @@ fn measure<B: LaneBackend>(
 where
     B::Buf: Send,
 {
-    let count = (bytes / 4) as usize;
+    let count = (bytes / check::elem_bytes(args.dtype)) as usize;
     let coll = collective(args);
     let facts = lane_facts(comm, coll.op, count)?;
     let (rank, world) = (facts.rank, facts.world);
     let mut input = vec![0f32; count];
     check::fill(args.mode, rank, world, &mut input);
-    let mut buf = input.clone();
+    let mut buf = match args.dtype {
+        CollDtype::F32 => drive::Bucket::F32(vec![0.0; count]),
+        CollDtype::Bf16 => drive::Bucket::Bf16(vec![collectives::bf16::ZERO; count]),
+    };
     for _ in 0..args.warmup_iters {
-        buf.copy_from_slice(&input);
+        buf.fill_from(&input);
         comm.step(coll, &mut buf, Duration::ZERO)?;
     }
     let before = lane_facts(comm, coll.op, count)?;
@@ -393,7 +398,7 @@ where
     let mut total = Duration::ZERO;
     for _ in 0..args.iters {
         // Fresh input each time (not timed), so results stay checkable.
-        buf.copy_from_slice(&input);
+        buf.fill_from(&input);
         let t = Instant::now();
         comm.step(coll, &mut buf, compute)?;
         total += t.elapsed();
@@ -401,7 +406,8 @@ where
     let after = lane_facts(comm, coll.op, count)?;
     let (before, lanes_before) = (before.counters, before.lane_sent);
     let (after, lanes_after) = (after.counters, after.lane_sent);
-    let (max_rel_err, wrong) = check::check(args.mode, args.op, args.codec, rank, world, &buf);
+    let buf = buf.to_f32();
+    let (max_rel_err, wrong) = check::check(args, rank, world, &buf);
     let identical = if args.mode == Mode::ReduceScatter {
         None
     } else {
@@ -417,7 +423,10 @@ where
         ranks: world,
         bytes,
         count,
-        ty: "float",
+        ty: match args.dtype {
+            CollDtype::F32 => "float",
+            CollDtype::Bf16 => "bfloat16",
+        },
         codec: match args.codec {
             CollCodec::F32 => "f32",
             CollCodec::I16 => "i16",
