@@ -89,6 +89,11 @@ for path in glob.glob(os.path.join(out, "*.jsonl")):
 def med(rows, key):
     return statistics.median(r[key] for r in rows)
 
+def bw(rows):
+    """Median busbw; none with OVERLAP_US, where time_us is the whole step."""
+    vals = [r["busbw_GBs"] for r in rows]
+    return "-" if None in vals else f"{statistics.median(vals):.4f}"
+
 variants = sorted({k[0] for k in runs if k[0] != "gloo"})
 print("| ranks | bytes | ainftp | time_us | busbw GB/s | gloo time_us | gloo busbw GB/s | speed-up | wrong |")
 print("|---|---|---|---|---|---|---|---|---|")
@@ -102,7 +107,7 @@ for ranks in sorted({k[1] for k in runs}):
             if not a:
                 continue
             wrong = sum(r["wrong"] for r in a + g)
-            print(f"| {ranks} | {size} | {v} | {med(a, 'time_us'):.1f} | {med(a, 'busbw_GBs'):.4f} | "
-                  f"{med(g, 'time_us'):.1f} | {med(g, 'busbw_GBs'):.4f} | "
+            print(f"| {ranks} | {size} | {v} | {med(a, 'time_us'):.1f} | {bw(a)} | "
+                  f"{med(g, 'time_us'):.1f} | {bw(g)} | "
                   f"{med(g, 'time_us') / med(a, 'time_us'):.2f}x | {wrong} |")
 PY

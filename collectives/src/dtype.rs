@@ -7,8 +7,9 @@
 //! bf16 (nearest, ties to even) once, at the end: sums are not rounded at
 //! every hop, as a bf16 wire would. Widening is exact, so all-gather and
 //! broadcast return the inputs bit for bit; a reduction's result is the
-//! f32 result rounded to bf16 (relative error at most 2^-9 beyond the f32
-//! one), and identical on every rank because the f32 result is.
+//! f32 result rounded to bf16 (at most 2^-8 of its magnitude beyond the
+//! f32 one: bf16 keeps 8 significant bits), and identical on every rank
+//! because the f32 result is.
 //! With the f32 codec the wire carries 4 bytes per element; the i16 codec
 //! carries 2, as many as the bf16 input.
 

@@ -66,17 +66,13 @@ fn a_collective_completes_while_the_caller_never_calls_in() {
             assert!(t.elapsed() < Duration::from_secs(20), "no progress");
             std::thread::sleep(Duration::from_millis(5));
         }
-        // Done: waiting returns at once.
-        let t = Instant::now();
         let result = p.wait().unwrap();
-        let waited = t.elapsed();
         let counters = bg.counters().unwrap();
-        (result, waited, counters)
+        (result, counters)
     });
     let want = sum_reference(world, n);
-    for (result, waited, counters) in &out {
+    for (result, counters) in &out {
         assert_close(result, &want);
-        assert!(*waited < Duration::from_millis(50), "wait took {waited:?}");
         assert_eq!(counters.wakeups, 1);
         assert!(counters.wire.bytes_received >= (n * 4 / 2) as u64);
     }
@@ -239,15 +235,27 @@ fn a_ranks_lanes_run_on_the_progress_thread_too() {
                 let buf = (0..n).map(|i| value(r, i)).collect();
                 let got = bg.all_reduce(buf, ReduceOp::Sum).unwrap();
                 let c = bg.counters().unwrap();
+                // Collective data each lane's engine sent: both carried a part.
+                let per_lane = bg
+                    .with(|l| {
+                        (0..l.lanes())
+                            .map(|k| l.lane(k).counters().engine.bytes_sent)
+                            .collect::<Vec<_>>()
+                    })
+                    .unwrap();
                 bg.shutdown().unwrap();
-                (got, c)
+                (got, c, per_lane)
             })
         })
         .collect();
     let want = sum_reference(world, n);
     for h in hs {
-        let (got, c) = h.join().unwrap();
+        let (got, c, per_lane) = h.join().unwrap();
         assert_close(&got, &want);
         assert_eq!(c.wakeups, 1);
+        assert!(
+            per_lane.len() == lanes && per_lane.iter().all(|&b| b > 0),
+            "{per_lane:?}"
+        );
     }
 }

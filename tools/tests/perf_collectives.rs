@@ -192,7 +192,8 @@ fn lanes_split_large_buckets_and_keep_results_exact() {
 #[test]
 fn bf16_buffers_are_reduced_within_one_rounding_on_both_codecs() {
     // Sizes are bytes of bf16: 2 bytes per element.
-    for (codec, progress) in [("f32", "caller"), ("i16", "thread")] {
+    // Averages of 3 ranks are not exact in bf16: they take the rounding.
+    for (codec, progress, op) in [("f32", "caller", "avg"), ("i16", "thread", "sum")] {
         let rows = rows(&common::sweep(&[
             "allreduce",
             "--local-ranks",
@@ -203,9 +204,11 @@ fn bf16_buffers_are_reduced_within_one_rounding_on_both_codecs() {
             codec,
             "--progress",
             progress,
+            "--op",
+            op,
         ]));
         assert_eq!(rows.len(), 7, "8 B .. 2 MiB by 8x");
-        let tol = if codec == "f32" { 1.0 / 512.0 } else { 0.05 };
+        let tol = if codec == "f32" { 1.0 / 256.0 } else { 0.05 };
         check_rows(&rows, tol, true);
         for r in &rows {
             assert_eq!(r["type"], "bfloat16", "{r}");
@@ -220,25 +223,28 @@ fn bf16_buffers_are_reduced_within_one_rounding_on_both_codecs() {
 
 #[test]
 fn a_progress_thread_runs_the_collective_during_the_callers_computation() {
-    // Each step computes 200 ms (a sleep) and all-reduces 16 MiB. In the
-    // caller's thread nothing moves while it computes, so the all-reduce
-    // adds its whole time to the step; on a progress thread it runs during
-    // the computation and almost none of it shows.
-    let step = |progress: &str| {
+    // Each step computes (a sleep) and all-reduces 4 MiB. In the caller's
+    // thread nothing moves while it computes, so the all-reduce adds its
+    // whole time to the step; on a progress thread it runs during the
+    // computation and almost none of it shows. The computation is sized
+    // from the all-reduce's own time on this host (at least 3x), so a slow
+    // or busy machine does not let the all-reduce outlast it.
+    let step = |progress: &str, compute_us: u64| {
+        let compute = compute_us.to_string();
         let rows = rows(&[
             "allreduce",
             "--local-ranks",
             "2",
             "-b",
-            "16M",
+            "4M",
             "-e",
-            "16M",
+            "4M",
             "-n",
             "3",
             "-w",
             "1",
             "--overlap-us",
-            "200000",
+            &compute,
             "--progress",
             progress,
             "--json",
@@ -246,14 +252,17 @@ fn a_progress_thread_runs_the_collective_during_the_callers_computation() {
         check_rows(&rows, 1e-6, true);
         let r = &rows[0];
         assert_eq!(r["progress"], progress, "{r}");
-        assert_eq!(r["overlap_us"], 200_000, "{r}");
-        r["time_us"].as_f64().unwrap() - 200_000.0
+        assert_eq!(r["overlap_us"], compute_us, "{r}");
+        r["time_us"].as_f64().unwrap() - compute_us as f64
     };
-    let exposed_caller = step("caller");
-    let exposed_thread = step("thread");
+    let alone = step("caller", 0);
+    let compute = (3.0 * alone).max(50_000.0) as u64;
+    let exposed_caller = step("caller", compute);
+    let exposed_thread = step("thread", compute);
     assert!(
-        exposed_caller > 0.0 && exposed_thread < 0.5 * exposed_caller,
-        "time beyond the computation: {exposed_thread} us on a progress thread, {exposed_caller} us in the caller's"
+        exposed_thread < 0.5 * exposed_caller,
+        "time beyond {compute} us of computation: {exposed_thread} us on a progress thread, \
+         {exposed_caller} us in the caller's (the all-reduce alone: {alone} us)"
     );
 }
 

@@ -24,7 +24,7 @@
 //! messages) and otherwise sleeps on its request queue.
 
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TryRecvError};
 
@@ -155,8 +155,9 @@ impl<C: Collectives> Background<C> {
     }
 
     /// Queues `collective` on `buf` (owned until the [`Pending`] gives it
-    /// back). Collectives run in the order started, one at a time; every
-    /// rank must start the same ones in the same order.
+    /// back with the result; a collective that fails keeps it). Collectives
+    /// run in the order started, one at a time; every rank must start the
+    /// same ones in the same order.
     pub fn start(&mut self, collective: Collective, buf: Vec<f32>) -> Pending {
         self.queue(buf, move |c, buf| c.run(collective, buf))
     }
@@ -287,12 +288,18 @@ fn gone() -> Error {
 /// The progress thread: runs requests as they come, moves traffic every
 /// `IDLE_TICK` between them, and leaves once the queue is closed and empty.
 fn serve<C: Collectives>(mut comm: C, queue: Receiver<Request<C>>) -> Result<()> {
+    // A deadline, not a timeout per wait: requests that come more often
+    // than the tick (counters, say) do not hold the traffic back.
+    let mut next_tick = Instant::now() + IDLE_TICK;
     loop {
-        match queue.recv_timeout(IDLE_TICK) {
+        match queue.recv_deadline(next_tick) {
             Ok(request) => request(&mut comm),
             // A failure here (a peer's connection closed while idle)
             // leaves the communicator failed: the next collective says why.
-            Err(RecvTimeoutError::Timeout) => drop(comm.progress_now()),
+            Err(RecvTimeoutError::Timeout) => {
+                drop(comm.progress_now());
+                next_tick = Instant::now() + IDLE_TICK;
+            }
             Err(RecvTimeoutError::Disconnected) => return comm.shutdown(),
         }
     }

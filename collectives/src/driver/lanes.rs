@@ -258,12 +258,17 @@ where
     }
 
     /// One round of traffic on every lane without waiting (see
-    /// [`Communicator::progress`]).
+    /// [`Communicator::progress`]); the first lane's error, after all
+    /// lanes had their round.
     pub fn progress(&mut self) -> Result<()> {
+        let mut first_error = Ok(());
         for lane in &mut self.lanes {
-            lane.progress(Duration::ZERO)?;
+            let r = lane.progress(Duration::ZERO);
+            if first_error.is_ok() {
+                first_error = r;
+            }
         }
-        Ok(())
+        first_error
     }
 
     pub fn all_reduce(&mut self, buf: &mut [f32], op: ReduceOp) -> Result<()> {

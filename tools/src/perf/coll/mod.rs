@@ -39,10 +39,12 @@ pub struct Row {
     pub op: &'static str,
     pub algo: &'static str,
     pub time_us: f64,
+    /// Bandwidths of the collective; null with --overlap-us, whose
+    /// time_us is the whole step (computation included).
     #[serde(rename = "algbw_GBs")]
-    pub algbw: f64,
+    pub algbw: Option<f64>,
     #[serde(rename = "busbw_GBs")]
-    pub busbw: f64,
+    pub busbw: Option<f64>,
     pub max_rel_err: f64,
     pub wrong: u64,
     /// Every rank's result is bit-identical (not defined for
@@ -415,7 +417,7 @@ where
         Some(all_identical(comm, check::hash(&buf[range]))?)
     };
     let secs = total.as_secs_f64() / args.iters as f64;
-    let algbw = bytes as f64 / secs / 1e9;
+    let algbw = (args.overlap_us == 0).then(|| bytes as f64 / secs / 1e9);
     let iters = args.iters as f64;
     let delta = |f: fn(&DriverCounters) -> u64| (f(&after) - f(&before)) as f64;
     Ok(Row {
@@ -457,7 +459,7 @@ where
         overlap_us: args.overlap_us,
         time_us: secs * 1e6,
         algbw,
-        busbw: algbw * bus_factor(args.mode, world),
+        busbw: algbw.map(|bw| bw * bus_factor(args.mode, world)),
         max_rel_err,
         wrong,
         identical,
@@ -522,7 +524,7 @@ fn print_header(args: &PerfArgs, world: usize, me: SocketAddrV4, payload: usize)
         println!("# collectives run {progress}");
     }
     println!(
-        "# {:>12} {:>10} {:>6} {:>5} {:>4} {:>6} {:>11} {:>10} {:>10} {:>11} {:>6} {:>9} {:>10}",
+        "# {:>12} {:>10} {:>8} {:>5} {:>4} {:>6} {:>11} {:>10} {:>10} {:>11} {:>6} {:>9} {:>10}",
         "size",
         "count",
         "type",
@@ -545,8 +547,9 @@ fn print_row(r: &Row) {
         Some(false) => "NO",
         None => "-",
     };
+    let bw = |b: Option<f64>| b.map_or("-".to_string(), |b| format!("{b:.4}"));
     println!(
-        "  {:>12} {:>10} {:>6} {:>5} {:>4} {:>6} {:>11.1} {:>10.4} {:>10.4} {:>11.2e} {:>6} {:>9} {:>10.1}",
+        "  {:>12} {:>10} {:>8} {:>5} {:>4} {:>6} {:>11.1} {:>10} {:>10} {:>11.2e} {:>6} {:>9} {:>10.1}",
         r.bytes,
         r.count,
         r.ty,
@@ -554,8 +557,8 @@ fn print_row(r: &Row) {
         r.op,
         r.algo,
         r.time_us,
-        r.algbw,
-        r.busbw,
+        bw(r.algbw),
+        bw(r.busbw),
         r.max_rel_err,
         r.wrong,
         identical,
