@@ -31,17 +31,23 @@ fn links_left(pid: u32) -> Vec<String> {
     [names(&["-br", "link"]), names(&["netns", "list"])].concat()
 }
 
+/// The rows of a `common::sweep` run (8 B .. 2 MiB by 8x) with `args`,
+/// after checking that the run left no virtual network behind.
+fn dpdk_sweep(args: &[&str]) -> Vec<serde_json::Value> {
+    let (out, pid) = perf(&common::sweep(args));
+    let rows = json_rows(&out);
+    assert_eq!(
+        links_left(pid),
+        Vec::<String>::new(),
+        "virtual network left behind"
+    );
+    assert_eq!(rows.len(), 7, "8 B .. 2 MiB by 8x: {rows:?}");
+    rows
+}
+
 #[test]
 fn four_dpdk_ranks_all_reduce_exact_identical_and_aggregated() {
-    let (out, pid) = perf(&common::sweep(&[
-        "allreduce",
-        "--local-ranks",
-        "4",
-        "--transport",
-        "dpdk",
-    ]));
-    let rows = json_rows(&out);
-    assert_eq!(rows.len(), 7, "8 B .. 2 MiB by 8x: {rows:?}");
+    let rows = dpdk_sweep(&["allreduce", "--local-ranks", "4", "--transport", "dpdk"]);
     assert!(rows.iter().all(|r| r["ranks"] == 4), "{rows:?}");
     // The virtual links take af_xdp's largest MTU, 3438: datagrams of
     // 3410 B, received whole into our mbufs.
@@ -56,11 +62,6 @@ fn four_dpdk_ranks_all_reduce_exact_identical_and_aggregated() {
         let per_wake = r["rx_pkts_per_wakeup"].as_f64().unwrap();
         assert!(per_wake >= 32.0, "only {per_wake} packets per wake-up: {r}");
     }
-    assert_eq!(
-        links_left(pid),
-        Vec::<String>::new(),
-        "virtual network left behind"
-    );
 }
 
 #[test]
@@ -68,7 +69,7 @@ fn dpdk_lanes_split_large_buckets_over_their_own_ports() {
     // Two lanes per rank: each on its own af_xdp port (10.98.k.0/24),
     // with its own QUIC connections and thread. Buckets from 2 x 1 MiB
     // on are cut in two, one half per lane; smaller ones run on lane 0.
-    let (out, pid) = perf(&common::sweep(&[
+    let rows = dpdk_sweep(&[
         "allreduce",
         "--local-ranks",
         "2",
@@ -76,9 +77,7 @@ fn dpdk_lanes_split_large_buckets_over_their_own_ports() {
         "dpdk",
         "--lanes",
         "2",
-    ]));
-    let rows = json_rows(&out);
-    assert_eq!(rows.len(), 7, "8 B .. 2 MiB by 8x: {rows:?}");
+    ]);
     check_rows(&rows, 1e-6, true);
     for r in &rows {
         let bytes = r["bytes"].as_u64().unwrap();
@@ -101,18 +100,13 @@ fn dpdk_lanes_split_large_buckets_over_their_own_ports() {
             assert!(sent[0] > 0.0, "{r}");
         }
     }
-    assert_eq!(
-        links_left(pid),
-        Vec::<String>::new(),
-        "virtual network left behind"
-    );
 }
 
 #[test]
 fn dpdk_ranks_on_progress_threads_all_reduce_exact() {
     // The stack (the EAL's lcore queue) is driven from the progress
     // thread, not the thread that opened it.
-    let (out, pid) = perf(&common::sweep(&[
+    let rows = dpdk_sweep(&[
         "allreduce",
         "--local-ranks",
         "2",
@@ -122,16 +116,9 @@ fn dpdk_ranks_on_progress_threads_all_reduce_exact() {
         "thread",
         "--overlap-us",
         "2000",
-    ]));
-    let rows = json_rows(&out);
-    assert_eq!(rows.len(), 7, "8 B .. 2 MiB by 8x: {rows:?}");
+    ]);
     check_rows(&rows, 1e-6, true);
     assert!(rows.iter().all(|r| r["progress"] == "thread"), "{rows:?}");
-    assert_eq!(
-        links_left(pid),
-        Vec::<String>::new(),
-        "virtual network left behind"
-    );
 }
 
 #[test]
