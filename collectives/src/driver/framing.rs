@@ -7,6 +7,7 @@
 //! decodes straight from the receive buffer.
 
 use std::collections::VecDeque;
+use std::sync::Arc;
 
 use stack::quic::SharedBuf;
 
@@ -15,7 +16,7 @@ pub const LEN_BYTES: usize = 4;
 
 /// Outgoing frames of one stream, in order, with the progress of the first.
 /// Bodies go to the stream without a copy (`SharedBuf`): QUIC keeps them
-/// until the peer has them, so they are not reused afterwards.
+/// until the peer has them; `reclaim` then hands them back for reuse.
 #[derive(Debug, Default)]
 pub struct FrameQueue {
     /// Bodies not yet fully accepted; the first may be what is left of one.
@@ -24,12 +25,38 @@ pub struct FrameQueue {
     prefix_sent: usize,
     /// Bytes queued and not yet accepted, prefixes included.
     pending: usize,
+    /// Every body pushed, oldest first, until QUIC lets go of it.
+    sent: VecDeque<Arc<Vec<u8>>>,
 }
+
+/// Bodies `FrameQueue` keeps for reuse, at most: beyond this many in
+/// flight, the oldest are left to be freed by QUIC instead.
+const MAX_TRACKED: usize = 4096;
 
 impl FrameQueue {
     pub fn push(&mut self, body: Vec<u8>) {
-        self.pending += LEN_BYTES + body.len();
-        self.frames.push_back(SharedBuf::new(body));
+        let len = body.len();
+        self.pending += LEN_BYTES + len;
+        let body = Arc::new(body);
+        self.frames.push_back(SharedBuf::slice(&body, 0..len));
+        if self.sent.len() == MAX_TRACKED {
+            self.sent.pop_front();
+        }
+        self.sent.push_back(body);
+    }
+
+    /// Hands `reuse` the bodies, oldest first, that nobody holds any more
+    /// (QUIC drops stream data once the peer acknowledged it), so message
+    /// buffers are reused instead of freed and allocated again: a fresh
+    /// 64 KiB body per message costs page faults each time the allocator
+    /// gives its memory back. Stops at the oldest still held.
+    pub fn reclaim(&mut self, mut reuse: impl FnMut(Vec<u8>)) {
+        while self.sent.front().is_some_and(|b| Arc::strong_count(b) == 1) {
+            let body = self.sent.pop_front().expect("checked");
+            if let Ok(body) = Arc::try_unwrap(body) {
+                reuse(body);
+            }
+        }
     }
 
     pub fn pending_bytes(&self) -> usize {
@@ -240,6 +267,42 @@ mod tests {
             }
         }
         assert_eq!(got, bodies);
+    }
+
+    #[test]
+    fn bodies_come_back_once_quic_lets_go_of_them_oldest_first() {
+        let mut q = FrameQueue::default();
+        let bodies: Vec<Vec<u8>> = (0..3u8).map(|i| vec![i; 1000]).collect();
+        let addrs: Vec<*const u8> = bodies.iter().map(|b| b.as_ptr()).collect();
+        for b in bodies {
+            q.push(b);
+        }
+        // "QUIC" takes every piece and holds the bodies (not the prefixes).
+        let mut held = Vec::new();
+        q.flush::<()>(|piece| {
+            if piece.len() == 1000 {
+                held.push(piece);
+            }
+            Ok(None)
+        })
+        .unwrap();
+        assert_eq!(held.len(), 3);
+        let mut back = Vec::new();
+        q.reclaim(|b| back.push(b));
+        assert!(back.is_empty(), "all three are still held");
+        // The second is acknowledged first: nothing comes back before the
+        // oldest does, then both, in order, as the same allocations.
+        held.remove(1);
+        q.reclaim(|b| back.push(b));
+        assert!(back.is_empty());
+        held.remove(0);
+        q.reclaim(|b| back.push(b));
+        let got: Vec<*const u8> = back.iter().map(|b| b.as_ptr()).collect();
+        assert_eq!(got, addrs[..2]);
+        assert_eq!(back[0], vec![0; 1000]);
+        drop(held);
+        q.reclaim(|b| back.push(b));
+        assert_eq!(back.len(), 3);
     }
 
     /// Feeds `bodies` as one stream to a reader that asks for `wanted`

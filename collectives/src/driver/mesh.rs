@@ -391,6 +391,9 @@ impl<B: Backend> Mesh<B> {
         self.events()?;
         self.pull(engine)?;
         work += self.flush_all()?;
+        for link in &mut self.links {
+            link.out.reclaim(|body| engine.recycle(body));
+        }
         let now = Instant::now();
         self.ep.send(&mut self.io, &mut self.tx, now);
         if !self.tx.is_empty() {
