@@ -190,6 +190,38 @@ fn lanes_split_large_buckets_and_keep_results_exact() {
 }
 
 #[test]
+fn ranks_spin_only_while_each_has_a_cpu() {
+    // By default a rank spins 50 us before sleeping, unless the host gives
+    // this run fewer CPUs than local ranks; --spin-us always wins.
+    let cpus = core_affinity::get_core_ids().unwrap().len();
+    let spin = |extra: &[&str]| {
+        let args = [
+            &[
+                "allreduce",
+                "--local-ranks",
+                "3",
+                "-b",
+                "4K",
+                "-e",
+                "4K",
+                "-n",
+                "2",
+                "-w",
+                "0",
+                "--json",
+            ],
+            extra,
+        ]
+        .concat();
+        let rows = rows(&args);
+        check_rows(&rows, 1e-6, true);
+        rows[0]["spin_us"].as_u64().unwrap()
+    };
+    assert_eq!(spin(&[]), if 3 > cpus { 0 } else { 50 }, "{cpus} CPUs");
+    assert_eq!(spin(&["--spin-us", "7"]), 7);
+}
+
+#[test]
 fn bf16_buffers_are_reduced_within_one_rounding_on_both_codecs() {
     // Sizes are bytes of bf16: 2 bytes per element.
     // Averages of 3 ranks are not exact in bf16: they take the rounding.

@@ -384,8 +384,11 @@ pub struct PerfArgs {
 
     /// Collectives: microseconds the poll loop spins without traffic
     /// before sleeping in poll(2) (spinning costs a core per rank).
-    #[arg(long, default_value_t = 50)]
-    pub spin_us: u64,
+    /// Default: 50, or 0 when --local-ranks runs more ranks x lanes than
+    /// this process may use CPUs (spinners would take the CPU their peers
+    /// need).
+    #[arg(long)]
+    pub spin_us: Option<u64>,
 
     /// Collectives: QUIC congestion control (cubic, reno, bbr2).
     #[arg(long, default_value = "cubic")]

@@ -68,6 +68,8 @@ pub struct Row {
     pub progress: &'static str,
     /// Simulated computation per iteration, included in time_us.
     pub overlap_us: u64,
+    /// How long the poll loop spun without traffic before sleeping.
+    pub spin_us: u64,
 }
 
 /// Runs the mode: spawns local ranks, or is one rank.
@@ -292,7 +294,7 @@ fn driver_config(args: &PerfArgs) -> DriverConfig {
         engine,
         conns_per_peer: args.conns_per_peer as usize,
         timeout: Duration::from_secs_f64(args.timeout),
-        spin: Duration::from_micros(args.spin_us),
+        spin: Duration::from_micros(spin_us(args)),
         udp: KernelUdpConfig {
             max_payload: args
                 .udp_payload
@@ -308,6 +310,24 @@ fn driver_config(args: &PerfArgs) -> DriverConfig {
             ..base.quic.clone()
         },
         ..base
+    }
+}
+
+/// `--spin-us`, or its default: spinning helps while every polling thread
+/// has a CPU of its own; with more local ranks x lanes than CPUs this
+/// process may use, a spinning rank takes the CPU a peer needs (4 ranks on
+/// 2 CPUs: 256 B all-reduces took 159-192 us spinning 50 us, 107-113 us
+/// without; 2 ranks: 22-28 us spinning, 31 us without). Read before a
+/// rank pins itself: the CPUs are this thread's.
+fn spin_us(args: &PerfArgs) -> u64 {
+    const DEFAULT_SPIN_US: u64 = 50;
+    if let Some(us) = args.spin_us {
+        return us;
+    }
+    let cpus = core_affinity::get_core_ids().map_or(1, |c| c.len().max(1));
+    match args.local_ranks {
+        Some(n) if usize::from(n) * usize::from(args.lanes) > cpus => 0,
+        _ => DEFAULT_SPIN_US,
     }
 }
 
@@ -349,6 +369,7 @@ struct LaneFacts {
     lanes_for: usize,
     max_payload: usize,
     cpus: Vec<Option<usize>>,
+    spin: Duration,
 }
 
 fn lane_facts<B: LaneBackend>(
@@ -370,6 +391,7 @@ where
         lanes_for: l.lanes_for(op, count),
         max_payload: l.max_payload(),
         cpus: l.cpus().to_vec(),
+        spin: l.lane(0).config().spin,
     })
 }
 
@@ -457,6 +479,7 @@ where
             CollProgress::Thread => "thread",
         },
         overlap_us: args.overlap_us,
+        spin_us: facts.spin.as_micros() as u64,
         time_us: secs * 1e6,
         algbw,
         busbw: algbw.map(|bw| bw * bus_factor(args.mode, world)),
