@@ -104,6 +104,7 @@ impl Engine {
             clip: config.clip.unwrap_or(f32::INFINITY),
             outbox: VecDeque::new(),
             pool: Vec::new(),
+            pool_bytes: 0,
             counters: Counters::default(),
             filter: None,
             staging: Vec::new(),

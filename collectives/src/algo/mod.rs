@@ -79,6 +79,8 @@ pub(crate) struct Ctx {
     pub clip: f32,
     pub outbox: VecDeque<Outgoing>,
     pub pool: Vec<Vec<u8>>,
+    /// Capacity of the buffers in `pool`, in bytes.
+    pub pool_bytes: usize,
     pub counters: Counters,
     pub filter: Option<Box<dyn ContributionFilter + Send>>,
     pub staging: Vec<f32>,
@@ -91,6 +93,12 @@ pub(crate) struct Ctx {
     pub avg: bool,
     pub residual: Option<Vec<f32>>,
 }
+
+/// Most bytes of message buffers kept for reuse (a few hundred 64 KiB
+/// chunks; a driver that never recycles just allocates).
+const MAX_POOL_BYTES: usize = 32 << 20;
+/// Smaller buffers are not kept.
+const MIN_POOLED_BYTES: usize = 4096;
 
 fn splitmix64(mut x: u64) -> u64 {
     x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
@@ -109,13 +117,18 @@ impl Ctx {
 
     fn take_buf(&mut self) -> Vec<u8> {
         let mut b = self.pool.pop().unwrap_or_default();
+        self.pool_bytes -= b.capacity();
         b.clear();
         b
     }
 
     pub fn recycle(&mut self, b: Vec<u8>) {
-        // Keep the pool bounded; a driver that never recycles just allocates.
-        if self.pool.len() < 4096 {
+        // Bounded in bytes: the pool holds what the peak of a collective
+        // had in flight, and gives back what is beyond this.
+        // Tiny ones (a hello, a goodbye) would only be regrown.
+        let keep = b.capacity() >= MIN_POOLED_BYTES;
+        if keep && self.pool_bytes + b.capacity() <= MAX_POOL_BYTES {
+            self.pool_bytes += b.capacity();
             self.pool.push(b);
         }
     }
