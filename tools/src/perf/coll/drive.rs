@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use collectives::driver::{Background, Lanes};
-use collectives::{bf16, Collective, ReduceOp};
+use collectives::{bf16, Collective};
 
 use super::LaneBackend;
 use crate::error::Result;
@@ -54,15 +54,6 @@ where
             }
         }
         Ok(())
-    }
-
-    pub fn all_reduce(&mut self, buf: &mut Vec<f32>, op: ReduceOp) -> Result<()> {
-        let mut bucket = Bucket::F32(std::mem::take(buf));
-        let r = self.step(Collective::all_reduce(op), &mut bucket, Duration::ZERO);
-        if let Bucket::F32(b) = bucket {
-            *buf = b;
-        }
-        r
     }
 
     /// `f` on the lanes, wherever they run.

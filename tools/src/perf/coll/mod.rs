@@ -296,7 +296,7 @@ fn driver_config(args: &PerfArgs) -> DriverConfig {
         engine,
         conns_per_peer: args.conns_per_peer as usize,
         timeout: Duration::from_secs_f64(args.timeout),
-        spin: Duration::from_micros(spin_us(args)),
+        spin: spin(args, base.spin),
         udp: KernelUdpConfig {
             max_payload: args
                 .udp_payload
@@ -315,17 +315,18 @@ fn driver_config(args: &PerfArgs) -> DriverConfig {
     }
 }
 
-/// `--spin-us`, or its default for this run (see `default_spin_us`).
-/// Read before a rank pins itself: the CPUs counted are this thread's.
-fn spin_us(args: &PerfArgs) -> u64 {
+/// `--spin-us`, or the default for this run (see `default_spin`) given
+/// the library's own. Read before a rank pins itself: the CPUs counted
+/// are this thread's.
+fn spin(args: &PerfArgs, library: Duration) -> Duration {
     if let Some(us) = args.spin_us {
-        return us;
+        return Duration::from_micros(us);
     }
     let cpus = core_affinity::get_core_ids().map_or(1, |c| c.len().max(1));
     let threads = args
         .local_ranks
         .map(|n| usize::from(n) * usize::from(args.lanes));
-    default_spin_us(threads, cpus)
+    default_spin(threads, cpus, library)
 }
 
 /// Spinning helps while every polling thread has a CPU of its own; with
@@ -333,10 +334,10 @@ fn spin_us(args: &PerfArgs) -> u64 {
 /// the CPU a peer needs. 4 ranks on 2 CPUs, 8 B - 4 KiB all-reduces: over
 /// kernel UDP 140-216 us spinning 50 us, 110-146 us without; on our DPDK
 /// stack 165-282 and 105-183 us. 2 ranks: 22-28 us spinning, 31 without.
-fn default_spin_us(threads: Option<usize>, cpus: usize) -> u64 {
+fn default_spin(threads: Option<usize>, cpus: usize, library: Duration) -> Duration {
     match threads {
-        Some(t) if t > cpus => 0,
-        _ => 50,
+        Some(t) if t > cpus => Duration::ZERO,
+        _ => library,
     }
 }
 
@@ -525,7 +526,13 @@ where
         bits[k] = b;
         bits[64 + k] = 1.0 - b;
     }
-    comm.all_reduce(&mut bits, ReduceOp::Max)?;
+    let mut bucket = drive::Bucket::F32(bits);
+    comm.step(
+        Collective::all_reduce(ReduceOp::Max),
+        &mut bucket,
+        Duration::ZERO,
+    )?;
+    let bits = bucket.to_f32();
     Ok((0..64).all(|k| !(bits[k] > 0.5 && bits[64 + k] > 0.5)))
 }
 
@@ -600,14 +607,17 @@ fn print_row(r: &Row) {
 
 #[cfg(test)]
 mod tests {
-    use super::default_spin_us;
+    use std::time::Duration;
+
+    use super::default_spin;
 
     #[test]
     fn ranks_spin_only_while_each_has_a_cpu() {
-        assert_eq!(default_spin_us(Some(4), 2), 0);
-        assert_eq!(default_spin_us(Some(2), 2), 50);
-        assert_eq!(default_spin_us(Some(3), 16), 50);
+        let fifty = Duration::from_micros(50);
+        assert_eq!(default_spin(Some(4), 2, fifty), Duration::ZERO);
+        assert_eq!(default_spin(Some(2), 2, fifty), fifty);
+        assert_eq!(default_spin(Some(3), 16, fifty), fifty);
         // A rank of a job launched elsewhere: no local count to compare.
-        assert_eq!(default_spin_us(None, 1), 50);
+        assert_eq!(default_spin(None, 1, fifty), fifty);
     }
 }
