@@ -144,7 +144,7 @@ impl Direct {
     fn chunk_reduced(&mut self, ctx: &mut Ctx, buf: &mut [f32], c: usize) -> Result<()> {
         let span = shard_range(self.count, ctx.world, ctx.rank);
         let range = chunk_range(&span, ctx.chunk_elems, c);
-        ctx.finalize(&mut buf[range]);
+        ctx.finalize(&mut buf[range], None);
         if self.gather && ctx.world > 1 {
             self.send_final(ctx, buf, c)?;
         }

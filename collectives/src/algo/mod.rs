@@ -116,9 +116,23 @@ impl Ctx {
     }
 
     fn take_buf(&mut self) -> Vec<u8> {
-        let mut b = self.pool.pop().unwrap_or_default();
-        self.pool_bytes -= b.capacity();
+        let mut b = self.take_as_is();
         b.clear();
+        b
+    }
+
+    /// A pooled buffer of `len` bytes whose contents the caller overwrites
+    /// whole: a reused buffer keeps its old bytes, so only growth beyond
+    /// its last length is zeroed (a pass over every message otherwise).
+    fn take_len(&mut self, len: usize) -> Vec<u8> {
+        let mut b = self.take_as_is();
+        b.resize(len, 0);
+        b
+    }
+
+    fn take_as_is(&mut self) -> Vec<u8> {
+        let b = self.pool.pop().unwrap_or_default();
+        self.pool_bytes -= b.capacity();
         b
     }
 
@@ -178,22 +192,32 @@ impl Ctx {
         values: &mut [f32],
         q: Quant,
     ) -> Result<Vec<u8>> {
-        let mut out = self.take_buf();
-        match codec {
+        let out = match codec {
             Codec::F32 => {
+                let mut out = self.take_buf();
                 let h = self.header(CodecId::F32, step, chunk, offset, values.len());
                 out.resize(HEADER_LEN, 0);
                 h.write((&mut out[..HEADER_LEN]).try_into().expect("header size"));
                 codec::encode_f32(values, &mut out);
+                out
             }
             Codec::I16(rounding) => {
                 let seed = self.seed_for(step, chunk as u32, q.salt);
-                out.resize(HEADER_LEN + 2 * values.len(), 0);
+                // Every byte is written below: header, then all payload.
+                let mut out = self.take_len(HEADER_LEN + 2 * values.len());
                 let payload = &mut out[HEADER_LEN..];
                 let scale = match q.absmax {
-                    Some(m) => self
-                        .isa
-                        .quantize_with_absmax(values, m, rounding, seed, payload)?,
+                    Some(m) => {
+                        // A measured absmax must be the one a pass would
+                        // find, bit for bit (tests run with debug asserts).
+                        debug_assert_eq!(
+                            self.isa.absmax(values).ok().map(f32::to_bits),
+                            Some(m.to_bits()),
+                            "measured absmax differs"
+                        );
+                        self.isa
+                            .quantize_with_absmax(values, m, rounding, seed, payload)?
+                    }
                     None => self.isa.quantize(values, rounding, seed, payload)?,
                 };
                 let mut h = self.header(CodecId::I16, step, chunk, offset, values.len());
@@ -214,8 +238,9 @@ impl Ctx {
                     None if q.replace => self.isa.dequantize(payload, scale, values),
                     None => {}
                 }
+                out
             }
-        }
+        };
         Ok(out)
     }
 
@@ -313,13 +338,18 @@ impl Ctx {
     }
 
     /// Turns a finished sum into the requested result (`Avg` divides once).
-    pub fn finalize(&self, values: &mut [f32]) {
-        if self.avg {
-            let n = self.world as f32;
-            for v in values {
-                *v /= n;
-            }
+    /// Returns the result's `max |v|` from the sum's, `absmax`, if known:
+    /// dividing by `n > 0` rounds monotonically and symmetrically, so the
+    /// largest quotient is the quotient of the largest, bit for bit.
+    pub fn finalize(&self, values: &mut [f32], absmax: Option<f32>) -> Option<f32> {
+        if !self.avg {
+            return absmax;
         }
+        let n = self.world as f32;
+        for v in values.iter_mut() {
+            *v /= n;
+        }
+        absmax.map(|m| m / n)
     }
 
     /// Residual weight of the final quantization of a reduced value.

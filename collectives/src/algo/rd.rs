@@ -153,7 +153,7 @@ impl Rd {
                 continue;
             }
             let range = chunk_range(&(0..self.count), ctx.chunk_elems, c);
-            ctx.finalize(&mut buf[range.clone()]);
+            ctx.finalize(&mut buf[range.clone()], None);
             if l.has_extra(ctx.rank) {
                 let q = Quant {
                     salt: 0,
@@ -180,7 +180,7 @@ impl Rd {
 impl Algorithm for Rd {
     fn start(&mut self, ctx: &mut Ctx, buf: &mut [f32]) -> Result<()> {
         if ctx.world == 1 {
-            ctx.finalize(buf);
+            ctx.finalize(buf, None);
             return Ok(());
         }
         let l = Layout::new(ctx.world);

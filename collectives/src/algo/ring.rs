@@ -71,12 +71,15 @@ impl Ring {
         (rank + world * 2 - back % world) % world
     }
 
+    /// Sends this rank's final block, or one chunk of it; `absmax` is the
+    /// chunk's `max |v|` when the fold measured it.
     fn send_final_block(
         &self,
         ctx: &mut Ctx,
         buf: &mut [f32],
         block: usize,
         chunk: Option<usize>,
+        absmax: Option<f32>,
     ) -> Result<()> {
         let span = shard_range(self.count, ctx.world, block);
         let right = (ctx.rank + 1) % ctx.world;
@@ -90,7 +93,7 @@ impl Ring {
             salt: ctx.rank as u32,
             replace: true,
             residual_weight: weight,
-            absmax: None,
+            absmax: chunk.and(absmax),
         };
         let chunks = match chunk {
             Some(c) => c..c + 1,
@@ -125,7 +128,7 @@ impl Algorithm for Ring {
                 )?;
             }
         } else {
-            self.send_final_block(ctx, buf, r, None)?;
+            self.send_final_block(ctx, buf, r, None, None)?;
         }
         Ok(())
     }
@@ -182,9 +185,9 @@ impl Algorithm for Ring {
                 )?;
             } else {
                 // This rank owns the block: the chunk is final.
-                ctx.finalize(&mut buf[range]);
+                let absmax = ctx.finalize(&mut buf[range], absmax);
                 if self.gather {
-                    self.send_final_block(ctx, buf, block, Some(c))?;
+                    self.send_final_block(ctx, buf, block, Some(c), absmax)?;
                 }
             }
         } else {
