@@ -143,13 +143,26 @@ fn striped_over_four_connections_per_peer() {
     let out = on_ranks(2, cfg, move |mut c| {
         let mut buf: Vec<f32> = (0..n).map(|i| value(c.rank(), i)).collect();
         c.all_reduce(&mut buf, ReduceOp::Sum).unwrap();
-        buf
+        let peer = 1 - c.rank();
+        (buf, c.bytes_per_connection(peer))
     });
-    assert_eq!(out[0], out[1]);
+    assert_eq!(out[0].0, out[1].0);
     assert!(out[0]
+        .0
         .iter()
         .enumerate()
         .all(|(i, &x)| x == value(0, i) + value(1, i)));
+    // Each rank sent its 2 MiB over all four connections, evenly (messages
+    // go round robin; the hello adds a few bytes to one of them).
+    for (r, (_, per_conn)) in out.iter().enumerate() {
+        assert_eq!(per_conn.len(), 4, "rank {r}: {per_conn:?}");
+        let total: u64 = per_conn.iter().sum();
+        assert!(total >= 2 << 20, "rank {r}: {per_conn:?}");
+        for &b in per_conn {
+            // An even share is a quarter; ask for at least a fifth.
+            assert!(b * 5 >= total, "rank {r}: uneven stripes {per_conn:?}");
+        }
+    }
 }
 
 #[test]

@@ -104,10 +104,11 @@ fn kernel_in_a_namespace_talks_udp_and_icmp_with_us_over_af_xdp() {
     let report = run.finish();
     assert!(report.total.icmp_echo_replies >= 3);
     assert_eq!(report.total.dropped(DropReason::BadChecksum), 0);
-    // net_af_xdp keeps the mbufs of its fill ring after close (DPDK 22.11):
-    // a fixed number, not one that grows with traffic.
+    // net_af_xdp keeps the mbufs of its fill ring after close (DPDK 22.11:
+    // its default ring of 2048, 2064 out here): a fixed number. The ~1600
+    // echoes above would leave far more if a path leaked one each.
     assert!(
-        report.mbufs_in_use_after_close <= 4096,
+        report.mbufs_in_use_after_close <= 2048 + 64,
         "{} mbufs out after close",
         report.mbufs_in_use_after_close
     );

@@ -104,6 +104,17 @@ fn check(
     }
 }
 
+/// UDP GSO (Linux 4.18) and GRO (5.0) are on by default, and this
+/// suite's GSO/GRO checks rely on them: fail here rather than let those
+/// checks pass without running.
+#[test]
+fn gso_and_gro_are_on_over_loopback() {
+    let a = bind(cfg());
+    assert!(a.gso_enabled(), "UDP GSO is off: kernel older than 4.18?");
+    assert!(a.max_gso_segments() > 1);
+    assert!(a.gro_enabled(), "UDP GRO is off: kernel older than 5.0?");
+}
+
 #[test]
 fn every_size_1_to_1472_both_directions() {
     let mut a = bind(cfg());

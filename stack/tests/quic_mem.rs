@@ -236,6 +236,35 @@ fn datagrams_are_echoed_both_ways() {
     }
 }
 
+/// With pacing on, quiche spreads a window over the round trip: the
+/// endpoint holds packets until their `SendInfo.at` (counted by
+/// `paced()`), and the transfer still completes byte-exact.
+#[test]
+fn pacing_holds_packets_until_their_send_time() {
+    let dir = cluster("pacing");
+    let paced = |name| QuicConfig {
+        pacing: true,
+        ..node_config(&dir, name)
+    };
+    let link = ImpairConfig {
+        delay: Duration::from_millis(10),
+        ..ImpairConfig::default()
+    };
+    let mut p = Pair::new(paced("server"), paced("client"), link);
+    assert!(p.established(Duration::from_secs(10)), "handshake");
+    let conn = p.conn;
+    let mut s = ClientStream::new(p.client.ep.open_bidi(conn).unwrap(), MODE_SOURCE, 2 << 20);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut most_held = 0;
+    while Instant::now() < deadline && !s.is_done() {
+        s.poll(&mut p.client.ep, conn, &mut p.buf);
+        p.step();
+        most_held = most_held.max(p.server.ep.paced());
+    }
+    assert!(s.is_correct(), "not byte-exact: {s:?}");
+    assert!(most_held > 0, "no packet was ever held for pacing");
+}
+
 #[test]
 fn close_with_an_application_code_reaches_the_peer() {
     let mut p = cluster_pair("close", ImpairConfig::default());
@@ -287,6 +316,39 @@ fn a_peer_from_another_ca_is_refused() {
     // The server's half drains (3 PTOs) after the client's close, then goes.
     p.run_until(Duration::from_secs(10), |p| p.server.ep.connections() == 0);
     assert_eq!(p.server.ep.connections(), 0);
+}
+
+/// The other direction: a client that does not check the server but
+/// presents a certificate from a foreign CA is refused by the server's
+/// verification with a TLS alert, and the server keeps no connection.
+#[test]
+fn a_client_certificate_from_another_ca_is_refused_by_the_server() {
+    let ours = cluster("ours-srv");
+    let theirs = cluster("theirs-cli");
+    let client = QuicConfig {
+        trust: Trust::InsecureNoVerify,
+        ..node_config(&theirs, "client")
+    };
+    let mut p = Pair::new(
+        node_config(&ours, "server"),
+        client,
+        ImpairConfig::default(),
+    );
+    let alert = p.run_until(Duration::from_secs(5), |p| {
+        p.client_events().iter().any(|e| {
+            matches!(
+                e,
+                Event::Closed {
+                    reason: CloseReason::Peer { app: false, code, .. },
+                    ..
+                } if (0x100..0x200).contains(code)
+            )
+        })
+    });
+    assert!(alert, "the server answers with a TLS alert (crypto error)");
+    p.run_until(Duration::from_secs(10), |p| p.server.ep.connections() == 0);
+    assert_eq!(p.server.ep.connections(), 0);
+    assert!(!p.client.ep.is_established(p.conn));
 }
 
 #[test]

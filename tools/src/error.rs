@@ -13,6 +13,9 @@ pub enum Error {
     Io(String, std::io::Error),
     #[error(transparent)]
     Collectives(#[from] collectives::Error),
+    /// Results that differ from the reference (counted over all ranks).
+    #[error("{0} wrong element(s) over all ranks and sizes: results differ from the reference beyond the tolerance")]
+    WrongResults(u64),
 }
 
 impl From<stack::runtime::Error> for Error {

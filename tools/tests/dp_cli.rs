@@ -241,3 +241,114 @@ fn mbuf_arena_on_a_tap_device_echoes_every_size_and_returns_every_mbuf() {
         "{json}"
     );
 }
+
+/// How a test frame is made invalid.
+type Spoil = dyn Fn(&mut Vec<u8>);
+
+/// An Ethernet frame from the kernel side (10.`net`.0.1, port 5000) to
+/// ainftp-dp's echo at 10.`net`.0.2:7, with valid checksums; `edit`
+/// spoils it after the checksums are set.
+fn frame_to_echo(net: u8, dst_mac: [u8; 6], edit: impl FnOnce(&mut Vec<u8>)) -> Vec<u8> {
+    use stack::wire::checksum;
+    use std::net::Ipv4Addr;
+    let (src, dst) = (Ipv4Addr::new(10, net, 0, 1), Ipv4Addr::new(10, net, 0, 2));
+    let payload = b"ping";
+    let udp_len = 8 + payload.len() as u16;
+    let mut f = Vec::new();
+    f.extend_from_slice(&dst_mac);
+    f.extend_from_slice(&[2, 0, 0, 0, 0, 1, 0x08, 0x00]);
+    let ip = [
+        &[0x45, 0][..],
+        &(20 + udp_len).to_be_bytes(),
+        &[0, 1, 0x40, 0, 64, 17, 0, 0],
+        &src.octets(),
+        &dst.octets(),
+    ]
+    .concat();
+    f.extend_from_slice(&ip);
+    let ip_sum = checksum::finish(checksum::data(&f[14..34]));
+    f[24..26].copy_from_slice(&ip_sum.to_be_bytes());
+    f.extend_from_slice(&[0x13, 0x88, 0, 7]);
+    f.extend_from_slice(&udp_len.to_be_bytes());
+    f.extend_from_slice(&[0, 0]);
+    f.extend_from_slice(payload);
+    let pseudo = checksum::pseudo_header_v4(src, dst, 17, udp_len);
+    let udp_sum = checksum::finish(checksum::combine(&[pseudo, checksum::data(&f[34..])]));
+    f[40..42].copy_from_slice(&udp_sum.to_be_bytes());
+    edit(&mut f);
+    f
+}
+
+/// Frames that must not reach the echo, sent by the kernel side of the
+/// TAP device through a packet socket: each is dropped and counted under
+/// its reason in the summary, the valid ones are answered, and no mbuf
+/// is left out.
+#[test]
+fn bad_frames_from_the_wire_are_dropped_and_counted_by_reason() {
+    const NET: u8 = 87;
+    const IFACE: &str = "ainfdp87";
+    let ours = [2, 0, 0, 0, 0, 0x87];
+    let child = start_on_tap(IFACE, NET, &["--mac", "02:00:00:00:00:87", "--json"]);
+    sh(&format!(
+        "echo 1 > /proc/sys/net/ipv6/conf/{IFACE}/disable_ipv6"
+    ));
+    let iface = pnet_datalink::interfaces()
+        .into_iter()
+        .find(|i| i.name == IFACE)
+        .expect("the TAP interface");
+    let pnet_datalink::Channel::Ethernet(mut tx, _rx) =
+        pnet_datalink::channel(&iface, pnet_datalink::Config::default()).unwrap()
+    else {
+        panic!("not an Ethernet channel")
+    };
+    // Sets IP header byte `at` and keeps the header checksum valid, so
+    // that only the field itself is wrong.
+    let ip_field = |at: usize, value: u8| {
+        move |f: &mut Vec<u8>| {
+            f[at] = value;
+            f[24..26].copy_from_slice(&[0, 0]);
+            let s = stack::wire::checksum::finish(stack::wire::checksum::data(&f[14..34]));
+            f[24..26].copy_from_slice(&s.to_be_bytes());
+        }
+    };
+    let spoiled: [(&str, Box<Spoil>); 5] = [
+        ("bad_checksum", Box::new(|f: &mut Vec<u8>| f[45] ^= 0x10)), // a payload bit
+        ("fragmented", Box::new(ip_field(20, 0x20))),                // more fragments
+        ("foreign_mac", Box::new(|f: &mut Vec<u8>| f[5] = 0x99)),
+        ("malformed", Box::new(ip_field(14, 0x65))), // IP version 6
+        ("truncated", Box::new(|f: &mut Vec<u8>| f.truncate(40))), // inside UDP
+    ];
+    const EACH: u64 = 5;
+    for _ in 0..EACH {
+        for (_, spoil) in &spoiled {
+            let f = frame_to_echo(NET, ours, spoil);
+            tx.send_to(&f, None).unwrap().unwrap();
+        }
+        let valid = frame_to_echo(NET, ours, |_| {});
+        tx.send_to(&valid, None).unwrap().unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(sh(&format!("kill -TERM {}", child.id())).status.success());
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "exit after SIGTERM: {stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let json: serde_json::Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    let lcore = &json["lcores"][0];
+    for (reason, _) in &spoiled {
+        let n = lcore["drops"][reason].as_u64().unwrap_or(0);
+        // The kernel's own frames (multicast) may add foreign-MAC drops.
+        let ok = if *reason == "foreign_mac" {
+            n >= EACH
+        } else {
+            n == EACH
+        };
+        assert!(ok, "{reason}: {n} drops counted, {EACH} sent: {json}");
+    }
+    assert_eq!(
+        lcore["udp_out"], EACH,
+        "the valid frames are echoed: {json}"
+    );
+    assert_eq!(json["mbufs_in_use_after_close"], 0, "{json}");
+}

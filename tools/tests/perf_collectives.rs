@@ -92,6 +92,99 @@ fn four_ranks_i16_all_reduce_is_within_the_documented_bound() {
     }
 }
 
+/// The codec target: an i16 all-reduce puts at most 0.52 of the
+/// f32 one's bytes on the wire (UDP payloads: messages, QUIC headers and
+/// ACKs), at 1472-byte datagrams, where per-packet overhead weighs most.
+#[test]
+fn i16_puts_at_most_0_52_of_the_f32_bytes_on_the_wire() {
+    let run = |codec: &str| {
+        rows(&[
+            "allreduce",
+            "--local-ranks",
+            "3",
+            "-b",
+            "1M",
+            "-e",
+            "4M",
+            "-f",
+            "4",
+            "-n",
+            "2",
+            "-w",
+            "1",
+            "--codec",
+            codec,
+            "--udp-payload",
+            "1472",
+            "--json",
+        ])
+    };
+    let (f32_rows, i16_rows) = (run("f32"), run("i16"));
+    assert_eq!(f32_rows.len(), 2);
+    for (f, i) in f32_rows.iter().zip(&i16_rows) {
+        assert_eq!(f["bytes"], i["bytes"]);
+        let (fb, ib) = (
+            f["wire_bytes_per_op"].as_f64().unwrap(),
+            i["wire_bytes_per_op"].as_f64().unwrap(),
+        );
+        // The f32 ring sends 2(n-1)/n of the buffer per rank, plus overhead.
+        let bytes = f["bytes"].as_f64().unwrap();
+        assert!(fb >= bytes * 4.0 / 3.0, "f32 sent only {fb} B: {f}");
+        let ratio = ib / fb;
+        eprintln!("{bytes} B: i16 {ib} / f32 {fb} wire bytes = {ratio:.4}");
+        assert!(
+            ratio <= 0.52,
+            "i16/f32 wire bytes {ratio:.4} > 0.52: {i} vs {f}"
+        );
+    }
+}
+
+/// Rank 0 prints the rows, but every rank checks its own result: a wrong
+/// element on another rank (here in a reduce-scatter, whose ranks hold
+/// different shards) is counted in the row, and the run fails.
+#[test]
+fn a_wrong_result_on_any_rank_is_counted_and_fails_the_run() {
+    for mode in ["reduce-scatter", "allreduce"] {
+        let out = perf(&[
+            mode,
+            "--local-ranks",
+            "3",
+            "-b",
+            "4K",
+            "-e",
+            "16K",
+            "-f",
+            "4",
+            "-n",
+            "1",
+            "-w",
+            "0",
+            "--fault-corrupt-rank",
+            "2",
+            "--json",
+        ]);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success(),
+            "{mode}: wrong results must fail the run"
+        );
+        assert!(
+            stderr.contains("2 wrong element(s) over all ranks"),
+            "{mode}: {stderr}"
+        );
+        let rows: Vec<Value> = stdout
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(rows.len(), 2, "{mode}: {stdout}");
+        for r in &rows {
+            assert_eq!(r["wrong"], 1, "{mode}: rank 2's element is counted: {r}");
+            assert!(r["max_rel_err"].as_f64().unwrap() > 0.0, "{r}");
+        }
+    }
+}
+
 #[test]
 fn other_collectives_match_their_references() {
     for (mode, identical) in [

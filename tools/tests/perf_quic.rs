@@ -228,6 +228,18 @@ fn dpdk_client_on_two_lcores_keeps_each_connection_on_its_own_lcore() {
         .unwrap_or_else(|e| panic!("last line is not JSON ({e}): {stdout}"));
     assert_eq!(json["bytes"], 4 * 2 * 3_000_000, "{json}");
     assert_eq!(json["lcores"], 2, "{json}");
+    // Each connection's goodput, measured on its own: all four moved data,
+    // and together they are the total.
+    let by_conn: Vec<f64> = json["gbps_by_conn"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| g.as_f64().unwrap())
+        .collect();
+    assert_eq!(by_conn.len(), 4, "{json}");
+    assert!(by_conn.iter().all(|&g| g > 0.0), "{json}");
+    let (sum, gbps) = (by_conn.iter().sum::<f64>(), json["gbps"].as_f64().unwrap());
+    assert!((sum - gbps).abs() <= 1e-9 * gbps.max(1.0), "{json}");
     let per_lcore = json["per_lcore"].as_array().unwrap();
     for (i, l) in per_lcore.iter().enumerate() {
         assert_eq!(l["conns"], 2, "lcore {i}: {json}");

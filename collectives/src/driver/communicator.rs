@@ -292,6 +292,12 @@ impl<B: Backend> Communicator<B> {
         &self.cfg
     }
 
+    /// Message bytes this rank sent to `rank` on each of its connections
+    /// (`DriverConfig::conns_per_peer` of them, striped).
+    pub fn bytes_per_connection(&self, rank: usize) -> Vec<u64> {
+        self.mesh.bytes_per_connection(rank)
+    }
+
     /// The algorithm the engine runs for `op` over `count` elements.
     pub fn algo_for(&self, op: crate::Op, count: usize) -> Result<crate::AlgoId> {
         self.engine.algo_for(op, count)

@@ -105,6 +105,8 @@ struct Link {
     slot: usize,
     out: FrameQueue,
     input: FrameReader,
+    /// Engine message bytes queued on this connection (striping's share).
+    bytes_queued: u64,
 }
 
 /// Counters of the mesh itself.
@@ -258,6 +260,7 @@ impl<B: Backend> Mesh<B> {
             slot,
             out: FrameQueue::default(),
             input: FrameReader::new(MAX_FRAME),
+            bytes_queued: 0,
         });
         self.by_conn.insert(conn, idx);
         if let Some(r) = rank {
@@ -315,6 +318,15 @@ impl<B: Backend> Mesh<B> {
 
     pub fn wire(&self) -> WireCounters {
         self.io.wire
+    }
+
+    /// Engine message bytes sent to `rank` on each of its connections,
+    /// in the order they were made (the stripes of `conns_per_peer`).
+    pub fn bytes_per_connection(&self, rank: usize) -> Vec<u64> {
+        self.peer_links[rank]
+            .iter()
+            .map(|&i| self.links[i].bytes_queued)
+            .collect()
     }
 
     pub fn counters(&self) -> MeshCounters {
@@ -599,6 +611,7 @@ impl<B: Backend> Mesh<B> {
             self.rr[out.to] = self.rr[out.to].wrapping_add(1);
             let link = &mut self.links[links[k]];
             self.pending += super::framing::LEN_BYTES + out.bytes.len();
+            link.bytes_queued += out.bytes.len() as u64;
             link.out.push(out.bytes);
             self.counters.frames_sent += 1;
         }

@@ -2,10 +2,11 @@
 #![allow(dead_code)]
 
 use collectives::sim::{Job, Sim, SimConfig};
+use std::ops::Range;
+
 use collectives::{shard_range, Algo, Codec, Collective, Config, Op, ReduceOp, Rounding};
 
-/// Deterministic inputs in [-1, 1) (with a few exact zeros and large values
-/// mixed in by `salt`).
+/// Deterministic inputs in [-1, 1), with a few exact zeros.
 pub fn input(rank: usize, n: usize, salt: u64) -> Vec<f32> {
     let mut s = salt.wrapping_mul(0x9E37_79B9_7F4A_7C15)
         ^ (rank as u64 + 1).wrapping_mul(0xD1B5_4A32_D192_ED03);
@@ -58,11 +59,20 @@ pub fn absmax(x: &[f32]) -> f64 {
     x.iter().fold(0.0f64, |m, v| m.max(v.abs() as f64))
 }
 
+/// Elements `n/3 .. n/3 + n/8` are this many times larger in `initial`:
+/// chunks there get large i16 scales and the others small ones, so a scale
+/// shared beyond one chunk would break the per-chunk bound `check` uses.
+pub const LARGE: f32 = 1000.0;
+
 /// Builds the per-rank buffers a collective starts from.
 pub fn initial(op: Op, world: usize, n: usize, salt: u64) -> Vec<Vec<f32>> {
+    let large = n / 3..n / 3 + n / 8;
     (0..world)
         .map(|r| {
-            let x = input(r, n, salt);
+            let mut x = input(r, n, salt);
+            for v in &mut x[large.clone()] {
+                *v *= LARGE;
+            }
             match op {
                 Op::AllGather => {
                     // Only the own shard is input; poison the rest.
@@ -78,12 +88,42 @@ pub fn initial(op: Op, world: usize, n: usize, salt: u64) -> Vec<Vec<f32>> {
         .collect()
 }
 
-/// Checks every rank's result against an f64 reference and the documented
-/// bound; returns the largest error seen.
+/// The elements that share a chunk, and so an i16 scale, with element
+/// `i`: chunks split each rank's shard (ring, direct) or the whole buffer
+/// (recursive doubling).
+fn chunk_span(algo: Algo, n: usize, world: usize, chunk_elems: usize, i: usize) -> Range<usize> {
+    let span = match algo {
+        Algo::Ring | Algo::Direct => (0..world)
+            .map(|p| shard_range(n, world, p))
+            .find(|s| s.contains(&i))
+            .expect("every element has an owner"),
+        _ => 0..n,
+    };
+    let start = span.start + (i - span.start) / chunk_elems * chunk_elems;
+    start..start.saturating_add(chunk_elems).min(span.end)
+}
+
+/// `check` with each rank's absmax taken over whole shards (ring,
+/// direct) or buffers: valid for any chunk size, looser.
 pub fn check(
     op: Op,
     algo: Algo,
     codec: Codec,
+    inputs: &[Vec<f32>],
+    outputs: &[Vec<f32>],
+    what: &str,
+) -> f64 {
+    check_chunked(op, algo, codec, usize::MAX, inputs, outputs, what)
+}
+
+/// Checks every rank's result against an f64 reference and the documented
+/// bound, with `A` the sum of the ranks' absmax over the element's chunk
+/// of `chunk_elems` (crate docs); returns the largest error seen.
+pub fn check_chunked(
+    op: Op,
+    algo: Algo,
+    codec: Codec,
+    chunk_elems: usize,
     inputs: &[Vec<f32>],
     outputs: &[Vec<f32>],
     what: &str,
@@ -94,7 +134,20 @@ pub fn check(
     let u = 2f64.powi(-24);
     let q = path_len(algo, world);
     let amax: Vec<f64> = inputs.iter().map(|x| absmax(x)).collect();
-    let a_sum: f64 = amax.iter().sum();
+    // Auto's chunks depend on the algorithm it picks: whole buffers then.
+    let chunk_elems = match algo {
+        Algo::Auto => usize::MAX,
+        _ => chunk_elems,
+    };
+    // A per element: the ranks' chunk absmax summed, once per chunk.
+    let mut a_chunk = vec![0f64; n];
+    let mut i = 0;
+    while i < n {
+        let span = chunk_span(algo, n, world, chunk_elems, i);
+        let a: f64 = inputs.iter().map(|x| absmax(&x[span.clone()])).sum();
+        a_chunk[span.clone()].fill(a);
+        i = span.end;
+    }
     let shard_amax: Vec<f64> = (0..world)
         .map(|p| absmax(&inputs[p][shard_range(n, world, p)]))
         .collect();
@@ -118,6 +171,7 @@ pub fn check(
         };
         for i in range {
             let y = out[i] as f64;
+            let a_sum = a_chunk[i];
             let (want, tol) = match op {
                 Op::AllReduce(red) | Op::ReduceScatter(red) => {
                     let col = inputs.iter().map(|x| x[i] as f64);
@@ -207,7 +261,7 @@ pub fn run_matrix(
     for (job, (op, n, inputs)) in jobs.iter().zip(&meta) {
         let what = format!("{op:?} {algo:?} {} world {world} n {n}", codec_name(codec));
         if *op != Op::Barrier {
-            check(*op, algo, codec, inputs, &job.bufs, &what);
+            check_chunked(*op, algo, codec, chunk_elems, inputs, &job.bufs, &what);
         }
     }
     let wake: u64 = report.counters.iter().map(|c| c.wakeups).sum();
@@ -226,6 +280,8 @@ pub fn all_ops() -> Vec<Op> {
         Op::AllReduce(ReduceOp::Min),
         Op::ReduceScatter(ReduceOp::Sum),
         Op::ReduceScatter(ReduceOp::Avg),
+        Op::ReduceScatter(ReduceOp::Max),
+        Op::ReduceScatter(ReduceOp::Min),
         Op::AllGather,
         Op::Broadcast { root: 0 },
         Op::Barrier,

@@ -76,7 +76,8 @@ pub struct DpArgs {
     #[arg(long)]
     pub symmetric_rss: bool,
 
-    /// Idle policy of the poll loops: busy (isolated cores) or adaptive [default: adaptive].
+    /// Idle policy of the poll loops: busy or adaptive [default: busy when every lcore is an
+    /// isolated CPU (/sys/devices/system/cpu/isolated), else adaptive].
     #[arg(long, value_name = "POLICY")]
     pub idle: Option<String>,
 

@@ -125,11 +125,15 @@ pub fn plan(args: &DpArgs) -> Result<Plan> {
             .map_err(|e| Error::Usage(format!("--steering: {e}")))?;
     }
     rt.symmetric_rss = args.symmetric_rss || file.symmetric_rss.unwrap_or(false);
-    if let Some(s) = args.idle.as_ref().or(file.idle.as_ref()) {
-        rt.idle = s
+    rt.idle = match args.idle.as_ref().or(file.idle.as_ref()) {
+        Some(s) => s
             .parse::<IdlePolicy>()
-            .map_err(|e| Error::Usage(format!("--idle: {e}")))?;
-    }
+            .map_err(|e| Error::Usage(format!("--idle: {e}")))?,
+        None => {
+            let isolated = std::fs::read_to_string(ISOLATED_CPUS).unwrap_or_default();
+            default_idle(&lcores, &isolated)
+        }
+    };
     rt.mtu = args.mtu.or(file.mtu);
     if let Some(n) = args.mbufs.or(file.mbufs) {
         if n < 1024 {
@@ -173,6 +177,24 @@ pub fn plan(args: &DpArgs) -> Result<Plan> {
         duration,
         eal,
     })
+}
+
+/// The kernel's isolated CPUs (`isolcpus=`), in the Linux list syntax.
+const ISOLATED_CPUS: &str = "/sys/devices/system/cpu/isolated";
+
+/// Busy polling when every lcore is an isolated CPU (`isolated`: the
+/// kernel's list, empty when none), where a spinning loop takes nothing
+/// from anyone; adaptive backoff otherwise.
+fn default_idle(lcores: &[u32], isolated: &str) -> IdlePolicy {
+    let isolated = match isolated.trim() {
+        "" => return IdlePolicy::Adaptive,
+        list => cpulist::parse(list).unwrap_or_default(),
+    };
+    if !lcores.is_empty() && lcores.iter().all(|c| isolated.contains(c)) {
+        IdlePolicy::Busy
+    } else {
+        IdlePolicy::Adaptive
+    }
 }
 
 fn seconds(flag: &str, s: f64) -> Result<Option<Duration>> {
@@ -267,6 +289,27 @@ mod tests {
         std::fs::write(&file, "ip = \"10.1.0.2/16\"\nbogus = 1\n").unwrap();
         let e = plan(&args(&["--config", file.to_str().unwrap()])).unwrap_err();
         assert!(e.to_string().contains("bogus"), "{e}");
+    }
+
+    #[test]
+    fn idle_defaults_to_busy_only_on_isolated_cpus() {
+        assert_eq!(default_idle(&[2, 3], ""), IdlePolicy::Adaptive);
+        assert_eq!(default_idle(&[2, 3], "\n"), IdlePolicy::Adaptive);
+        assert_eq!(default_idle(&[2, 3], "2-7\n"), IdlePolicy::Busy);
+        assert_eq!(default_idle(&[2, 3], "1,3,5"), IdlePolicy::Adaptive);
+        assert_eq!(default_idle(&[1, 3], "1,3,5"), IdlePolicy::Busy);
+        assert_eq!(default_idle(&[2], "junk"), IdlePolicy::Adaptive);
+        // An explicit policy wins over the default either way.
+        let p = plan(&args(&[
+            "--ip",
+            "10.0.0.2/24",
+            "--lcores",
+            "0",
+            "--idle",
+            "busy",
+        ]))
+        .unwrap();
+        assert_eq!(p.runtime.idle, IdlePolicy::Busy);
     }
 
     #[test]

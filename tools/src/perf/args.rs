@@ -425,6 +425,11 @@ pub struct PerfArgs {
     #[arg(long, hide = true, value_name = "RANK")]
     pub fault_exit_rank: Option<usize>,
 
+    /// Fault injection (tests): this rank changes one element of each
+    /// result before it is checked, as a wrong reduction would.
+    #[arg(long, hide = true, value_name = "RANK")]
+    pub fault_corrupt_rank: Option<usize>,
+
     /// Extra EAL arguments.
     #[arg(last = true, value_name = "EAL_ARGS")]
     pub eal_args: Vec<String>,

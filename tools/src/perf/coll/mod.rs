@@ -217,8 +217,10 @@ where
         }
     };
     let mut bytes = args.minbytes;
+    let mut wrong = 0;
     while bytes <= args.maxbytes {
         let row = measure(&mut comm, args, bytes)?;
+        wrong += row.wrong;
         if rank == 0 {
             if args.json {
                 println!("{}", serde_json::to_string(&row).expect("row serialises"));
@@ -232,6 +234,10 @@ where
         };
     }
     comm.shutdown()?;
+    // Every rank knows the total: all of them fail, as nccl-tests does.
+    if wrong > 0 {
+        return Err(Error::WrongResults(wrong));
+    }
     Ok(())
 }
 
@@ -440,8 +446,14 @@ where
     let after = lane_facts(comm, coll.op, count)?;
     let (before, lanes_before) = (before.counters, before.lane_sent);
     let (after, lanes_after) = (after.counters, after.lane_sent);
-    let buf = buf.to_f32();
+    let mut buf = buf.to_f32();
+    if args.fault_corrupt_rank == Some(rank) {
+        if let Some(i) = check::result_range(args.mode, rank, world, count).next() {
+            buf[i] += 1.0;
+        }
+    }
     let (max_rel_err, wrong) = check::check(args, rank, world, &buf);
+    let (max_rel_err, wrong) = agree_on_check(comm, max_rel_err, wrong)?;
     let identical = if args.mode == Mode::ReduceScatter {
         None
     } else {
@@ -516,6 +528,43 @@ where
 /// Whether every rank's hash equals ours. Each of the 64 bits and its
 /// complement go through one all-reduce(max): a bit differs somewhere iff
 /// both it and its complement reach 1. (0/1 values survive the i16 codec.)
+/// Every rank's check, as one verdict: wrong elements summed over the
+/// ranks (exactly: in base-4096 digits, each digit's sum fits an f32) and
+/// the largest relative error any rank saw.
+fn agree_on_check<B: LaneBackend>(
+    comm: &mut drive::RankDriver<B>,
+    max_rel_err: f64,
+    wrong: u64,
+) -> Result<(f64, u64)>
+where
+    B::Buf: Send,
+{
+    const DIGIT: u64 = 4096;
+    let digits: Vec<f32> = (0..6)
+        .map(|k| ((wrong / DIGIT.pow(k)) % DIGIT) as f32)
+        .collect();
+    let mut sum = drive::Bucket::F32(digits);
+    comm.step(
+        Collective::all_reduce(ReduceOp::Sum),
+        &mut sum,
+        Duration::ZERO,
+    )?;
+    let total = sum
+        .to_f32()
+        .iter()
+        .enumerate()
+        .map(|(k, &d)| d as u64 * DIGIT.pow(k as u32))
+        .sum();
+    let mut err = drive::Bucket::F32(vec![max_rel_err as f32]);
+    comm.step(
+        Collective::all_reduce(ReduceOp::Max),
+        &mut err,
+        Duration::ZERO,
+    )?;
+    let worst = f64::from(err.to_f32()[0]).max(max_rel_err);
+    Ok((worst, total))
+}
+
 fn all_identical<B: LaneBackend>(comm: &mut drive::RankDriver<B>, hash: u64) -> Result<bool>
 where
     B::Buf: Send,
