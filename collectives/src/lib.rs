@@ -77,6 +77,16 @@
 //! reduction is [`Error::FilterNeedsDirect`]). World size 1 completes in
 //! `start` without messages.
 //!
+//! The threshold does not depend on the world size. In the alpha-beta
+//! cost model the crossover, `S* = α(2(N-1) - log2 N) / β(log2 N -
+//! 2(N-1)/N)`, moves little with `N`: `8α/β` at 4 ranks, `8.8α/β` at 8,
+//! `12α/β` at 16 (two ranks move the same bytes either way), and
+//! measurements agree: 4 ranks over kernel
+//! UDP (README, "Algo::Auto by world size") found recursive doubling ahead
+//! at 16-64 KiB and the ring from 256 KiB. With 3 ranks on 2 cores
+//! recursive doubling led up to 16 MiB, an effect of three processes
+//! sharing two cores that the rule does not encode.
+//!
 //! **Bit-identical results.** Every reduced element is produced by one
 //! rank (ring, direct: the shard owner) or by a computation every rank
 //! performs on the same operands (recursive doubling: `a + b == b + a` in
