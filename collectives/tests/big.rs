@@ -1,9 +1,35 @@
-//! One 64 MB all-reduce (16 Mi f32 per rank) through the simulator.
+//! 64 MB all-reduces (16 Mi f32 per rank) through the simulator.
+
+mod common;
 
 use std::time::Instant;
 
 use collectives::sim::{Job, Sim, SimConfig};
-use collectives::{Algo, Codec, Collective, Config, ReduceOp};
+use collectives::{Algo, Codec, Collective, Config, Op, ReduceOp, Rounding};
+use common::{run_matrix, ALGOS};
+
+/// The largest sizes through every algorithm and both codecs: a prime
+/// count just under 64 MB, an odd world, every element of every rank
+/// against the f64 reference and the per-chunk i16 bound.
+#[test]
+fn allreduce_64_mb_prime_every_algorithm_both_codecs() {
+    const N: usize = (1 << 24) - 3; // prime
+    for algo in ALGOS {
+        for codec in [Codec::F32, Codec::I16(Rounding::Nearest)] {
+            let t = Instant::now();
+            run_matrix(
+                algo,
+                codec,
+                3,
+                &[Op::AllReduce(ReduceOp::Sum)],
+                &[N],
+                16 * 1024,
+                SimConfig::default(),
+            );
+            println!("{algo:?} {codec:?}: {:?}", t.elapsed());
+        }
+    }
+}
 
 #[test]
 fn allreduce_64_mib_ring() {
