@@ -174,12 +174,44 @@ fn build_udp(
     frame
 }
 
+/// The host `classify` is fuzzed against.
+const US: EthernetAddress = EthernetAddress([2, 0, 0, 0, 0, 2]);
+const US_IP: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 2);
+
 /// A UDP frame, or an ICMP echo or ARP frame, for the mutation fuzzer.
 fn arb_valid_frame() -> impl Strategy<Value = Vec<u8>> {
+    arb_frame(false)
+}
+
+/// `arb_valid_frame`; with `to_host`, addressed to `US` / `US_IP` (or
+/// Ethernet broadcast) without a VLAN tag, so that the host's receive
+/// path takes it past its first checks into ARP, ICMP and UDP.
+fn arb_frame(to_host: bool) -> impl Strategy<Value = Vec<u8>> {
     let payload = proptest::collection::vec(any::<u8>(), 0..200);
+    let eth = move |ethertype| {
+        (arb_eth(ethertype), prop::bool::weighted(0.2)).prop_map(move |(mut eth, bcast)| {
+            if to_host {
+                eth.dst_addr = if bcast {
+                    EthernetAddress::BROADCAST
+                } else {
+                    US
+                };
+                eth.vlan_id = None;
+            }
+            eth
+        })
+    };
+    let ip = move |protocol| {
+        arb_ipv4(protocol).prop_map(move |mut ip| {
+            if to_host {
+                ip.dst_addr = US_IP;
+            }
+            ip
+        })
+    };
     let udp = (
-        arb_eth(ether_type::IPV4),
-        arb_ipv4(ip_protocol::UDP),
+        eth(ether_type::IPV4),
+        ip(ip_protocol::UDP),
         any::<(u16, u16)>(),
         payload.clone(),
     )
@@ -191,8 +223,8 @@ fn arb_valid_frame() -> impl Strategy<Value = Vec<u8>> {
             build_udp(&eth, &ip, &udp, &payload, ChecksumMode::Software)
         });
     let icmp = (
-        arb_eth(ether_type::IPV4),
-        arb_ipv4(ip_protocol::ICMP),
+        eth(ether_type::IPV4),
+        ip(ip_protocol::ICMP),
         any::<(u16, u16)>(),
         payload,
     )
@@ -214,7 +246,10 @@ fn arb_valid_frame() -> impl Strategy<Value = Vec<u8>> {
                 .unwrap();
             frame
         });
-    let arp = (arb_eth(ether_type::ARP), arb_arp()).prop_map(|(eth, arp)| {
+    let arp = (eth(ether_type::ARP), arb_arp()).prop_map(move |(eth, mut arp)| {
+        if to_host {
+            arp.target_protocol_addr = US_IP;
+        }
         let mut frame = vec![0u8; eth.header_len() + ARP_BUFFER_LEN];
         eth.emit(&mut frame).unwrap();
         arp.emit(&mut frame[eth.header_len()..]).unwrap();
@@ -253,6 +288,40 @@ proptest! {
         parse_chain(&frame[..cut.index(frame.len() + 1)]);
         frame.resize(frame.len() + pad, 0);
         parse_chain(&frame);
+    }
+
+    /// The host's whole receive decision (`Host::classify`: ARP, ICMP
+    /// echo, UDP demux, drops) on frames for it, mutated and cut: never a
+    /// panic, and a reply always fits the frame it was written into.
+    #[test]
+    fn the_host_classifies_any_frame_without_panicking(
+        frame in arb_frame(true),
+        edits in proptest::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 0..3),
+        cut in proptest::option::weighted(0.2, any::<prop::sample::Index>()),
+        offload in 0u8..3,
+    ) {
+        use stack::host::{Host, HostConfig, NeighbourTable, Verdict};
+        use dpdk_ffi::{CsumStatus, RxChecksum};
+        let status = [CsumStatus::Unknown, CsumStatus::Good, CsumStatus::Bad][offload as usize];
+        let csum = RxChecksum { ip: status, l4: status };
+        let mut host: Host<Vec<u8>> = Host::new(
+            std::sync::Arc::new(HostConfig::new(US, US_IP, 24)),
+            NeighbourTable::new(),
+        );
+        let mut counters = stack::counters::Counters::default();
+        let now = std::time::Instant::now();
+        let mut frame = frame;
+        for (at, value) in edits {
+            let i = at.index(frame.len());
+            frame[i] = value;
+        }
+        if let Some(cut) = cut {
+            frame.truncate(cut.index(frame.len() + 1));
+        }
+        match host.classify(&mut frame, csum, now, &mut counters) {
+            Verdict::Reply { len } => prop_assert!(len <= frame.len()),
+            Verdict::Udp(_) | Verdict::Consumed | Verdict::Drop(_) => {}
+        }
     }
 
     #[test]

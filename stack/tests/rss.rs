@@ -152,6 +152,14 @@ fn flow_placement_is_known_where_the_runtime_or_device_decides_it() {
     assert_eq!(tap.placement(), None, "the kernel picks net_tap's queue");
     drop(tap);
 
+    // A PMD without RSS: auto falls back to software steering (and says
+    // so in the log) rather than failing.
+    let ring = Runtime::start(&eal, &RuntimeConfig::new("net_ring_place0", us, 24)).unwrap();
+    assert_eq!(ring.port().features().rss_hf, 0, "net_ring has no RSS");
+    assert_eq!(ring.steering(), SteeringMode::Software);
+    assert!(ring.placement().is_some());
+    drop(ring);
+
     cfg.steering = SteeringMode::Software;
     let sw = Runtime::start(&eal, &cfg).unwrap();
     let p = sw.placement().expect("software steering decides");
