@@ -36,17 +36,29 @@ echo
 echo "== ainftp-perf allreduce: 4 ranks, QUIC over our DPDK stack on af_xdp veths (a bridge between them)"
 sizes=(-b 8 -e 16M -f 8 -n 5 -w 2)
 log=$(mktemp)
-$perf allreduce --local-ranks 4 --transport dpdk "${sizes[@]}" 2>"$log" || { cat "$log"; exit 1; }
+ours=$(mktemp)
+$perf allreduce --local-ranks 4 --transport dpdk "${sizes[@]}" 2>"$log" | tee "$ours" || { cat "$log"; exit 1; }
 rm -f "$log"
 
 echo
 if /usr/bin/python3 -c 'import torch.distributed as d; assert d.is_gloo_available()' 2>/dev/null; then
     echo "== the same allreduce with torch.distributed Gloo (kernel TCP), 4 ranks"
-    /usr/bin/python3 scripts/gloo_allreduce.py --local-ranks 4 "${sizes[@]}"
+    gloo=$(mktemp)
+    /usr/bin/python3 scripts/gloo_allreduce.py --local-ranks 4 "${sizes[@]}" | tee "$gloo"
+    echo
+    echo "== side by side (time_us; speed-up = Gloo time / ainftp time, > 1: ainftp faster)"
+    # Rows start with the size; column 7 is time_us in both tables.
+    awk 'FNR == 1 { f++ } /^ *[0-9]/ { t[f, $1] = $7; if (f == 1) order[++n] = $1 }
+         END { printf "%12s %12s %12s %9s\n", "bytes", "ainftp", "gloo", "speed-up"
+               for (i = 1; i <= n; i++) { s = order[i]
+                   if ((2, s) in t) printf "%12s %12.1f %12.1f %8.2fx\n", s, t[1, s], t[2, s], t[2, s] / t[1, s] } }' \
+        "$ours" "$gloo"
+    rm -f "$gloo"
 else
     echo "== Gloo comparison skipped: python3-torch is missing (scripts/setup-host.sh installs it)"
 fi
 
+rm -f "$ours"
 echo
 echo "Medians over several runs, both transports and codecs: ./scripts/bench-allreduce.sh"
 echo "Compare with DPDK's own testpmd: ./scripts/bench-io.sh"

@@ -103,13 +103,11 @@ fn i16_puts_at_most_0_52_of_the_f32_bytes_on_the_wire() {
             "--local-ranks",
             "3",
             "-b",
-            "1M",
+            "8M",
             "-e",
-            "4M",
-            "-f",
-            "4",
+            "8M",
             "-n",
-            "2",
+            "8",
             "-w",
             "1",
             "--codec",
@@ -120,16 +118,20 @@ fn i16_puts_at_most_0_52_of_the_f32_bytes_on_the_wire() {
         ])
     };
     let (f32_rows, i16_rows) = (run("f32"), run("i16"));
-    assert_eq!(f32_rows.len(), 2);
+    assert_eq!(f32_rows.len(), 1);
     for (f, i) in f32_rows.iter().zip(&i16_rows) {
         assert_eq!(f["bytes"], i["bytes"]);
         let (fb, ib) = (
             f["wire_bytes_per_op"].as_f64().unwrap(),
             i["wire_bytes_per_op"].as_f64().unwrap(),
         );
-        // The f32 ring sends 2(n-1)/n of the buffer per rank, plus overhead.
+        // The f32 ring sends 2(n-1)/n of the buffer per rank, plus
+        // overhead. Per-op counts are deltas over the timed iterations:
+        // sends still leaving at either end shift them by up to a window
+        // (4% at 1 MiB and 2 iterations in one CI run, 3% at 2 MiB and 8
+        // here), hence 8 MiB, 8 iterations and a margin.
         let bytes = f["bytes"].as_f64().unwrap();
-        assert!(fb >= bytes * 4.0 / 3.0, "f32 sent only {fb} B: {f}");
+        assert!(fb >= bytes * 4.0 / 3.0 * 0.95, "f32 sent only {fb} B: {f}");
         let ratio = ib / fb;
         eprintln!("{bytes} B: i16 {ib} / f32 {fb} wire bytes = {ratio:.4}");
         assert!(
