@@ -67,6 +67,12 @@ impl FrameQueue {
         self.frames.is_empty()
     }
 
+    /// Whether QUIC has let go of every body pushed so far (the peer
+    /// acknowledged them), as of the last `reclaim`.
+    pub fn all_acknowledged(&self) -> bool {
+        self.frames.is_empty() && self.sent.is_empty()
+    }
+
     /// Offers queued frames to `send` until the stream blocks or the queue
     /// is empty. `send` is handed each piece (a prefix, a body or what is
     /// left of one) and returns what it did not take. Returns the bytes

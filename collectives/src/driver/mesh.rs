@@ -10,7 +10,9 @@
 //! A rank that leaves says goodbye before its FIN: a frame with the number
 //! of collectives it completed and whether it left after a failure. A peer
 //! still in a later collective then fails at once instead of waiting out
-//! its timeout.
+//! its timeout. The QUIC close carries the same goodbye as its reason: a
+//! rank that leaves mid-collective closes with data still queued, and the
+//! close discards the goodbye frame behind it.
 
 use std::collections::HashMap;
 use std::net::SocketAddrV4;
@@ -275,12 +277,21 @@ impl<B: Backend> Mesh<B> {
         let start = Instant::now();
         loop {
             let moved = self.turn(engine, &mut [], &mut false)?;
+            // A dialled link counts once the peer acknowledged our hello:
+            // by then its HANDSHAKE_DONE has reached us too (it leads the
+            // peer's 1-RTT packets). Before that confirmation quiche can
+            // send our application close only in Handshake packets, which
+            // the peer has stopped reading: a rank that left right after
+            // connecting was then found only by ICMP or the timeout.
             let missing: Vec<usize> = (0..self.world)
                 .filter(|&r| {
                     r != self.rank
                         && self.peer_links[r]
                             .iter()
-                            .filter(|&&l| self.links[l].established)
+                            .filter(|&&l| {
+                                let l = &self.links[l];
+                                l.established && l.out.all_acknowledged()
+                            })
                             .count()
                             < self.conns_per_peer
                 })
@@ -450,6 +461,15 @@ impl<B: Backend> Mesh<B> {
                     if self.closing || self.links[i].fin_received {
                         continue;
                     }
+                    if let (Some(rank), Some(bye)) = (self.links[i].rank, self.goodbye_in(&reason))
+                    {
+                        // The peer left on purpose: its goodbye rode on the
+                        // close. Collectives it did not complete fail with
+                        // its cause (`Communicator::check_departed`).
+                        debug!(rank, ?bye, "peer closed with a goodbye");
+                        self.departed_push(rank, bye);
+                        continue;
+                    }
                     match self.links[i].rank {
                         Some(rank) => {
                             let mut reason = describe(&reason);
@@ -558,10 +578,7 @@ impl<B: Backend> Mesh<B> {
                     Some(from) if is_bye(frame) => {
                         let bye = Goodbye::from_frame(frame, self.world);
                         debug!(rank = from, ?bye, "peer said goodbye");
-                        // Once per rank, though it comes on every connection.
-                        if !self.departed.iter().any(|&(r, _)| r == from) {
-                            self.departed.push((from, bye));
-                        }
+                        self.departed_push(from, bye);
                     }
                     Some(from) => {
                         if engine.handle(from, frame, buf)? == Progress::Complete {
@@ -689,11 +706,12 @@ impl<B: Backend> Mesh<B> {
         linger: Duration,
         failure: Option<&Error>,
     ) -> Vec<usize> {
-        self.say_goodbye(Goodbye {
+        let bye = Goodbye {
             completed: engine.completed_seq(),
             failed: failure.is_some(),
             cause: failure.and_then(Error::peer_at_fault),
-        });
+        };
+        self.say_goodbye(bye);
         let start = Instant::now();
         loop {
             let moved = self.turn(engine, &mut [], &mut false).unwrap_or(0);
@@ -727,8 +745,11 @@ impl<B: Backend> Mesh<B> {
             let _ = self.turn(engine, &mut [], &mut false);
         }
         self.closing = true;
+        // The close carries the goodbye too: it discards whatever is still
+        // queued on the stream, the goodbye frame included.
+        let reason = bye.to_frame();
         for l in &self.links {
-            let _ = self.ep.close(l.conn, 0, b"communicator closed");
+            let _ = self.ep.close(l.conn, 0, &reason);
         }
         let start = Instant::now();
         while self.ep.connections() > 0 && start.elapsed() < Duration::from_millis(100) {
@@ -738,6 +759,24 @@ impl<B: Backend> Mesh<B> {
             }
         }
         unfinished
+    }
+
+    /// The goodbye a peer's application close carries as its reason.
+    fn goodbye_in(&self, reason: &CloseReason) -> Option<Goodbye> {
+        match reason {
+            CloseReason::Peer {
+                app: true, reason, ..
+            } if is_bye(reason) => Some(Goodbye::from_frame(reason, self.world)),
+            _ => None,
+        }
+    }
+
+    /// Records `rank`'s goodbye, once per rank though it comes on every
+    /// connection (and on the close as well as the stream).
+    fn departed_push(&mut self, rank: usize, bye: Goodbye) {
+        if !self.departed.iter().any(|&(r, _)| r == rank) {
+            self.departed.push((rank, bye));
+        }
     }
 
     /// Queues the goodbye on every link that carries a stream, behind
