@@ -525,9 +525,6 @@ where
     })
 }
 
-/// Whether every rank's hash equals ours. Each of the 64 bits and its
-/// complement go through one all-reduce(max): a bit differs somewhere iff
-/// both it and its complement reach 1. (0/1 values survive the i16 codec.)
 /// Every rank's check, as one verdict: wrong elements summed over the
 /// ranks (exactly: in base-4096 digits, each digit's sum fits an f32) and
 /// the largest relative error any rank saw.
@@ -543,28 +540,19 @@ where
     let digits: Vec<f32> = (0..6)
         .map(|k| ((wrong / DIGIT.pow(k)) % DIGIT) as f32)
         .collect();
-    let mut sum = drive::Bucket::F32(digits);
-    comm.step(
-        Collective::all_reduce(ReduceOp::Sum),
-        &mut sum,
-        Duration::ZERO,
-    )?;
-    let total = sum
-        .to_f32()
+    let total = all_reduce_small(comm, digits, ReduceOp::Sum)?
         .iter()
         .enumerate()
         .map(|(k, &d)| d as u64 * DIGIT.pow(k as u32))
         .sum();
-    let mut err = drive::Bucket::F32(vec![max_rel_err as f32]);
-    comm.step(
-        Collective::all_reduce(ReduceOp::Max),
-        &mut err,
-        Duration::ZERO,
-    )?;
-    let worst = f64::from(err.to_f32()[0]).max(max_rel_err);
+    let err = all_reduce_small(comm, vec![max_rel_err as f32], ReduceOp::Max)?;
+    let worst = f64::from(err[0]).max(max_rel_err);
     Ok((worst, total))
 }
 
+/// Whether every rank's hash equals ours. Each of the 64 bits and its
+/// complement go through one all-reduce(max): a bit differs somewhere iff
+/// both it and its complement reach 1. (0/1 values survive the i16 codec.)
 fn all_identical<B: LaneBackend>(comm: &mut drive::RankDriver<B>, hash: u64) -> Result<bool>
 where
     B::Buf: Send,
@@ -575,14 +563,23 @@ where
         bits[k] = b;
         bits[64 + k] = 1.0 - b;
     }
-    let mut bucket = drive::Bucket::F32(bits);
-    comm.step(
-        Collective::all_reduce(ReduceOp::Max),
-        &mut bucket,
-        Duration::ZERO,
-    )?;
-    let bits = bucket.to_f32();
+    let bits = all_reduce_small(comm, bits, ReduceOp::Max)?;
     Ok((0..64).all(|k| !(bits[k] > 0.5 && bits[64 + k] > 0.5)))
+}
+
+/// An all-reduce of a few f32 values through the ranks' own driver (the
+/// checks' bookkeeping, not timed).
+fn all_reduce_small<B: LaneBackend>(
+    comm: &mut drive::RankDriver<B>,
+    values: Vec<f32>,
+    op: ReduceOp,
+) -> Result<Vec<f32>>
+where
+    B::Buf: Send,
+{
+    let mut bucket = drive::Bucket::F32(values);
+    comm.step(Collective::all_reduce(op), &mut bucket, Duration::ZERO)?;
+    Ok(bucket.to_f32())
 }
 
 fn print_header(args: &PerfArgs, world: usize, me: SocketAddrV4, payload: usize) {
