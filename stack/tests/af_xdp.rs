@@ -113,3 +113,43 @@ fn kernel_in_a_namespace_talks_udp_and_icmp_with_us_over_af_xdp() {
         report.mbufs_in_use_after_close
     );
 }
+
+/// The announcement at port up is seen by the kernel on the other end of
+/// the link: with `arp_accept` on, Linux creates a neighbour entry from a
+/// gratuitous ARP alone, so our MAC appears in its table before anything
+/// has been sent to us or asked of us.
+#[test]
+fn the_kernel_learns_our_mac_from_the_gratuitous_arp_at_port_up() {
+    let eal = eal("0");
+    let (us, kernel) = (Ipv4Addr::new(10, 88, 0, 2), Ipv4Addr::new(10, 88, 0, 1));
+    let veth = VethNs::new(88, kernel);
+    let theirs = "ainfx88b";
+    sh(&format!(
+        "ip netns exec {} sysctl -qw net.ipv4.conf.{theirs}.arp_accept=1",
+        veth.ns
+    ));
+    let neigh = || sh_out(&format!("ip -n {} neigh show {us} dev {theirs}", veth.ns));
+    assert_eq!(neigh().trim(), "", "no entry for us before the port is up");
+
+    let cfg = RuntimeConfig::new(&format!("net_af_xdp0,iface={}", veth.ours), us, 24);
+    let run = Running::start(&eal, &cfg, |_| Services::new());
+    let mac = run
+        .mac
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect::<Vec<_>>()
+        .join(":");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    let mut seen = neigh();
+    while !seen.contains(&mac) && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        seen = neigh();
+    }
+    let report = run.finish();
+    assert!(
+        seen.contains(&format!("lladdr {mac}")),
+        "the kernel did not learn {us} at {mac} from our announcement; its entry: {seen:?}"
+    );
+    assert!(report.total.arp_requests_out >= 1);
+    assert_eq!(report.total.arp_replies_out, 0, "nobody asked us anything");
+}

@@ -1,6 +1,6 @@
-//! Kernel UDP sockets backend: one non-blocking IPv4 UDP socket driven through
-//! `quinn-udp` (`recvmmsg` for receive, one `sendmsg` per transmit with UDP
-//! GSO for send, UDP GRO on receive), no `unsafe` in this crate.
+//! Kernel UDP sockets backend: one non-blocking IPv4 UDP socket, `recvmmsg`
+//! through `quinn-udp` with UDP GRO on receive, `sendmmsg` through `nix`
+//! with UDP GSO on send; no `unsafe` in this crate.
 //!
 //! Notes on behaviour:
 //! - `recv_burst` makes at most one `recvmmsg` call per invocation over up to
@@ -9,8 +9,11 @@
 //!   separate [`KernelDatagram`]s (payloads are copied out of the reusable
 //!   receive buffers). Datagrams beyond `max` are kept for the next call.
 //! - `send_burst` coalesces runs of datagrams to the same peer with the same
-//!   size (the last of a run may be shorter) into one GSO `sendmsg`. Without
-//!   GSO each datagram is its own `sendmsg`: quinn-udp has no `sendmmsg` path.
+//!   size (the last of a run may be shorter) into one GSO message, and hands
+//!   consecutive messages to the kernel in one `sendmmsg` (one system call
+//!   per burst where the messages share a segment size; the kernel takes a
+//!   datagram no longer than the segment size as it is). Without GSO each
+//!   datagram is a message of its own, still one `sendmmsg` per burst.
 //! - `quinn-udp` sets `IP_MTU_DISCOVER = IP_PMTUDISC_PROBE` (DF set, never
 //!   fragment): `max_payload` must fit the path MTU (MTU - 28), or sends fail
 //!   with `EMSGSIZE` and are dropped and counted.
@@ -28,7 +31,7 @@ use std::io::{self, IoSliceMut};
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, UdpSocket};
 use std::time::Instant;
 
-use quinn_udp::{RecvMeta, Transmit, UdpSockRef, UdpSocketState, BATCH_SIZE};
+use quinn_udp::{RecvMeta, UdpSockRef, UdpSocketState, BATCH_SIZE};
 use socket2::{Domain, Protocol, Socket, Type};
 
 use super::{Datagram, PacketIo};
@@ -37,6 +40,8 @@ use super::{Datagram, PacketIo};
 pub const MAX_UDP_PAYLOAD_V4: usize = 65_507;
 /// Most segments one GSO send may carry (Linux's `UDP_MAX_SEGMENTS`).
 const MAX_GSO_RUN: usize = 64;
+/// Most messages in one `sendmmsg` (well under the kernel's `UIO_MAXIOV`).
+const MAX_MMSG: usize = 64;
 
 /// Size of one receive buffer when GRO is on: holds any aggregate the kernel
 /// can hand up for IPv4 (at most 64 KiB of payload).
@@ -119,7 +124,7 @@ pub struct KernelUdpStats {
     pub tx_datagrams: u64,
     /// Payload bytes handed to the kernel.
     pub tx_bytes: u64,
-    /// `sendmsg` calls that succeeded.
+    /// `sendmmsg` calls that sent at least one message.
     pub tx_calls: u64,
     /// Datagrams dropped on send (send errors other than backpressure, and
     /// wrong source port).
@@ -436,35 +441,53 @@ impl KernelUdp {
         self.local
     }
 
-    /// One GSO send of `run` (equal segments of `seg` bytes, the last may
-    /// be shorter) to `dest`: the kernel gathers the datagrams' buffers
-    /// itself (`sendmsg` with one iovec each), so they are not copied into
-    /// one buffer first.
-    fn send_segments(
+    /// One `sendmmsg` of `msgs` (consecutive messages from the front of
+    /// `bufs`, each `msgs[k]` datagrams to one peer), all with UDP_SEGMENT
+    /// `seg` when given. The kernel gathers each message's datagrams itself
+    /// (one iovec each), so nothing is copied into one buffer first.
+    /// Returns how many messages the kernel took; an error is the first
+    /// message's.
+    fn send_messages(
         &self,
-        run: &[KernelDatagram],
-        dest: SocketAddrV4,
-        seg: usize,
-    ) -> io::Result<()> {
-        use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags, SockaddrIn};
+        bufs: &[KernelDatagram],
+        msgs: &[usize],
+        seg: Option<u16>,
+    ) -> io::Result<usize> {
+        use nix::sys::socket::{sendmmsg, ControlMessage, MsgFlags, MultiHeaders, SockaddrIn};
         use std::os::fd::AsRawFd;
-        let mut parts = run.iter();
-        let iov: [io::IoSlice<'_>; MAX_GSO_RUN] = std::array::from_fn(|_| {
-            io::IoSlice::new(parts.next().map_or(&[][..], |d| d.payload()))
-        });
-        let seg =
-            u16::try_from(seg).map_err(|_| io::Error::from_raw_os_error(nix::libc::EINVAL))?;
-        let cmsg = [ControlMessage::UdpGsoSegments(&seg)];
-        let to = SockaddrIn::from(dest);
-        sendmsg(
+        let datagrams: usize = msgs.iter().sum();
+        let iov: Vec<io::IoSlice<'_>> = bufs[..datagrams]
+            .iter()
+            .map(|d| io::IoSlice::new(d.payload()))
+            .collect();
+        let mut per_msg: Vec<&[io::IoSlice<'_>]> = Vec::with_capacity(msgs.len());
+        let mut addrs: Vec<Option<SockaddrIn>> = Vec::with_capacity(msgs.len());
+        let mut at = 0;
+        for &n in msgs {
+            per_msg.push(&iov[at..at + n]);
+            addrs.push(Some(SockaddrIn::from(bufs[at].peer)));
+            at += n;
+        }
+        let seg_ref;
+        let cmsgs: &[ControlMessage<'_>] = match &seg {
+            Some(s) => {
+                seg_ref = [ControlMessage::UdpGsoSegments(s)];
+                &seg_ref
+            }
+            None => &[],
+        };
+        let space = seg.map(|_| nix::cmsg_space!(u16));
+        let mut headers = MultiHeaders::<SockaddrIn>::preallocate(msgs.len(), space);
+        let sent = sendmmsg(
             self.socket.as_raw_fd(),
-            &iov[..run.len()],
-            &cmsg,
+            &mut headers,
+            &per_msg,
+            &addrs,
+            cmsgs,
             MsgFlags::empty(),
-            Some(&to),
         )
-        .map(|_| ())
-        .map_err(io::Error::from)
+        .map_err(io::Error::from)?;
+        Ok(sent.count())
     }
 
     /// Counters since bind.
@@ -539,6 +562,43 @@ impl KernelUdp {
         d.set_peer(peer);
         d.set_local_port(self.local.port());
         Some(d)
+    }
+
+    /// The messages of one `sendmmsg` from `i` on, as run lengths (see
+    /// [`Self::run_len`]) in `msgs`, and the UDP_SEGMENT size they share
+    /// (`None`: every message is one datagram). A datagram alone may join
+    /// GSO runs when it is no longer than their segment size (the kernel
+    /// sends it as it is). Stops before a datagram of another source port.
+    fn plan_messages(
+        &self,
+        bufs: &[KernelDatagram],
+        i: usize,
+        msgs: &mut Vec<usize>,
+    ) -> Option<u16> {
+        msgs.clear();
+        let port = self.local.port();
+        let mut seg: Option<usize> = None;
+        // Lone datagrams so far: any empty, and the longest.
+        let (mut lone_empty, mut lone_max) = (false, 0);
+        let mut j = i;
+        while j < bufs.len() && msgs.len() < MAX_MMSG && bufs[j].local_port == port {
+            let n = self.run_len(bufs, j);
+            let len = bufs[j].len;
+            match (n > 1, seg) {
+                (true, None) if !lone_empty && lone_max <= len => seg = Some(len),
+                (true, Some(s)) if s == len => {}
+                (true, _) => break,
+                (false, Some(s)) if len == 0 || len > s => break,
+                (false, _) => {
+                    lone_empty |= len == 0;
+                    lone_max = lone_max.max(len);
+                }
+            }
+            msgs.push(n);
+            j += n;
+        }
+        // run_len makes runs only of segments that fit one datagram.
+        seg.map(|s| u16::try_from(s).expect("GSO segment fits a datagram"))
     }
 
     /// Length of the run of datagrams starting at `i` that one send carries.
@@ -688,6 +748,7 @@ impl PacketIo for KernelUdp {
         // earlier datagram (perhaps to another peer: port or host
         // unreachable, too big) is retried once, after reading it.
         let mut retried_at = None;
+        let mut msgs = Vec::with_capacity(MAX_MMSG);
         while i < bufs.len() {
             if bufs[i].local_port != port {
                 self.stats.wrong_source_port += 1;
@@ -705,46 +766,35 @@ impl PacketIo for KernelUdp {
                 continue;
             }
 
-            let n = self.run_len(bufs, i);
-            let seg = bufs[i].len;
-            let dest = SocketAddr::V4(bufs[i].peer);
-            let (res, bytes) = if n == 1 {
-                let t = Transmit {
-                    destination: dest,
-                    ecn: None,
-                    contents: bufs[i].payload(),
-                    segment_size: None,
-                    src_ip: None,
-                };
-                (self.state.try_send(UdpSockRef::from(&self.socket), &t), seg)
-            } else {
-                let run = &bufs[i..i + n];
-                let bytes = run.iter().map(|d| d.len).sum();
-                (self.send_segments(run, bufs[i].peer, seg), bytes)
-            };
-
-            match res {
-                Ok(()) => {
+            let seg = self.plan_messages(bufs, i, &mut msgs);
+            match self.send_messages(&bufs[i..], &msgs, seg) {
+                Ok(sent) if sent > 0 => {
                     self.stats.tx_calls += 1;
-                    self.stats.tx_datagrams += n as u64;
-                    self.stats.tx_bytes += bytes as u64;
-                    if n > 1 {
-                        self.stats.gso_batches += 1;
+                    for &n in &msgs[..sent] {
+                        let bytes: usize = bufs[i..i + n].iter().map(|d| d.len).sum();
+                        self.stats.tx_datagrams += n as u64;
+                        self.stats.tx_bytes += bytes as u64;
+                        if n > 1 {
+                            self.stats.gso_batches += 1;
+                        }
+                        i += n;
                     }
-                    i += n;
                 }
+                // Nothing taken and no error: the rest waits for the next burst.
+                Ok(_) => break,
                 Err(e) if is_backpressure(&e) => break,
                 Err(_) if retried_at != Some(i) && self.read_error_queue() > 0 => {
                     retried_at = Some(i);
                 }
-                Err(e) if n > 1 && gso_refused(&e) => {
-                    // The device cannot segment: resend this run one
-                    // datagram at a time instead of dropping it.
+                Err(e) if seg.is_some() && gso_refused(&e) => {
+                    // The route cannot segment: send one datagram per
+                    // message from now on instead of dropping these.
                     tracing::info!(local = %self.local, error = %e, "UDP GSO rejected; sending without GSO from now on");
                     self.gso = false;
                 }
                 Err(e) => {
-                    tracing::debug!(local = %self.local, peer = %dest, datagrams = n, error = %e, "sendmsg failed; dropping");
+                    let n = msgs[0];
+                    tracing::debug!(local = %self.local, peer = %bufs[i].peer, datagrams = n, error = %e, "sendmmsg failed; dropping");
                     self.stats.tx_dropped += n as u64;
                     i += n;
                 }
