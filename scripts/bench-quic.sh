@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# QUIC goodput and latency, one core per side (client on core 0, server on
-# core 1), both sides of each pair the same kind:
+# QUIC goodput and latency, one core per side (client on CLIENT_CPU, server
+# on SERVER_CPU: 0 and 1 by default; on a host with SMT pick two physical
+# cores), both sides of each pair the same kind:
 #   dpdk: ainftp's QUIC over our DPDK stack at both ends of a net_memif pair
 #         (shared memory between the two processes, no kernel on the path);
 #   udp:  the same quiche endpoint over kernel UDP sockets (GSO/GRO) at
@@ -16,6 +17,8 @@ cd "$(dirname "$0")/.."
 RUNS=${RUNS:-5}
 BYTES=${BYTES:-1000000000}
 RR=${RR:-5000}
+CLIENT_CPU=${CLIENT_CPU:-0}
+SERVER_CPU=${SERVER_CPU:-1}
 PERF=${PERF:-target/release/ainftp-perf}
 NS=bench-qns
 WORK=
@@ -52,15 +55,15 @@ start_server() { # kind
     case $1 in
     dpdk)
         "$PERF" quic-server "${DPDK_IP_ARGS[@]}" --vdev "net_memif0,role=server,$MEMIF" \
-            --ip 10.98.0.2/24 --lcores 1 --bind 10.98.0.2:4433 --duration 600 \
+            --ip 10.98.0.2/24 --lcores $SERVER_CPU --bind 10.98.0.2:4433 --duration 600 \
             -- --file-prefix bq-srv >/dev/null 2>&1 &
         srv=$! ;;
     udp)
-        taskset -c 1 "$PERF" quic-server --transport udp --bind 10.96.0.2:4433 --idle busy \
+        taskset -c $SERVER_CPU "$PERF" quic-server --transport udp --bind 10.96.0.2:4433 --idle busy \
             --duration 600 >/dev/null 2>&1 &
         srv=$! ;;
     tcp)
-        taskset -c 1 "$PERF" tcp-server --bind 10.96.0.2:5201 --duration 600 >/dev/null 2>&1 &
+        taskset -c $SERVER_CPU "$PERF" tcp-server --bind 10.96.0.2:5201 --duration 600 >/dev/null 2>&1 &
         srv=$! ;;
     esac
     sleep 3
@@ -73,10 +76,10 @@ client() { # kind, then the client's own flags
     case $kind in
     dpdk)
         "$PERF" quic-client "${DPDK_IP_ARGS[@]}" --vdev "net_memif0,role=client,$MEMIF" \
-            --ip 10.98.0.1/24 --lcores 0 --target 10.98.0.2:4433 "$@" --json \
+            --ip 10.98.0.1/24 --lcores $CLIENT_CPU --target 10.98.0.2:4433 "$@" --json \
             -- --file-prefix bq-cli 2>/dev/null | tail -1 ;;
     udp)
-        ip netns exec $NS taskset -c 0 "$PERF" quic-client --transport udp --idle busy \
+        ip netns exec $NS taskset -c $CLIENT_CPU "$PERF" quic-client --transport udp --idle busy \
             --target 10.96.0.2:4433 "$@" --json 2>/dev/null | tail -1 ;;
     esac
 }
@@ -93,7 +96,7 @@ for r in $(seq "$RUNS"); do
         stop_server
     done
     start_server tcp
-    j=$(ip netns exec $NS taskset -c 0 "$PERF" tcp-client --target 10.96.0.2:5201 --bytes "$BYTES" --json 2>/dev/null | tail -1) || true
+    j=$(ip netns exec $NS taskset -c $CLIENT_CPU "$PERF" tcp-client --target 10.96.0.2:5201 --bytes "$BYTES" --json 2>/dev/null | tail -1) || true
     [ -n "$j" ] && field "$j" gbps >>"$WORK/tcp.gbps"
     stop_server
     echo "run $r: goodput Gbit/s quic/dpdk $(tail -1 "$WORK/dpdk.gbps") quic/udp $(tail -1 "$WORK/udp.gbps") tcp $(tail -1 "$WORK/tcp.gbps")"
