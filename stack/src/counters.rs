@@ -104,8 +104,16 @@ pub struct Counters {
     pub udp_out: u64,
     /// Packets handed from the steering lcore to another one.
     pub steered: u64,
+    /// What an impairment (`--impair`) did to sent packets besides
+    /// dropping them (counted under `DropReason::Impaired`).
+    pub impair_duplicated: u64,
+    pub impair_reordered: u64,
+    pub impair_corrupted: u64,
     pub drops: [u64; DropReason::COUNT],
 }
+
+/// Counters kept as plain fields (the drops follow them in the array).
+const FIELDS: usize = 16;
 
 impl Counters {
     pub fn drop(&mut self, reason: DropReason) {
@@ -135,6 +143,9 @@ impl Counters {
         self.udp_in += o.udp_in;
         self.udp_out += o.udp_out;
         self.steered += o.steered;
+        self.impair_duplicated += o.impair_duplicated;
+        self.impair_reordered += o.impair_reordered;
+        self.impair_corrupted += o.impair_corrupted;
         for (d, s) in self.drops.iter_mut().zip(o.drops.iter()) {
             *d += s;
         }
@@ -149,9 +160,9 @@ impl Counters {
             .collect()
     }
 
-    fn as_array(&self) -> [u64; 13 + DropReason::COUNT] {
-        let mut a = [0u64; 13 + DropReason::COUNT];
-        a[..13].copy_from_slice(&[
+    fn as_array(&self) -> [u64; FIELDS + DropReason::COUNT] {
+        let mut a = [0u64; FIELDS + DropReason::COUNT];
+        a[..FIELDS].copy_from_slice(&[
             self.rx_packets,
             self.rx_bytes,
             self.rx_bursts,
@@ -165,14 +176,17 @@ impl Counters {
             self.udp_in,
             self.udp_out,
             self.steered,
+            self.impair_duplicated,
+            self.impair_reordered,
+            self.impair_corrupted,
         ]);
-        a[13..].copy_from_slice(&self.drops);
+        a[FIELDS..].copy_from_slice(&self.drops);
         a
     }
 
-    fn from_array(a: &[u64; 13 + DropReason::COUNT]) -> Counters {
+    fn from_array(a: &[u64; FIELDS + DropReason::COUNT]) -> Counters {
         let mut drops = [0u64; DropReason::COUNT];
-        drops.copy_from_slice(&a[13..]);
+        drops.copy_from_slice(&a[FIELDS..]);
         Counters {
             rx_packets: a[0],
             rx_bytes: a[1],
@@ -187,6 +201,9 @@ impl Counters {
             udp_in: a[10],
             udp_out: a[11],
             steered: a[12],
+            impair_duplicated: a[13],
+            impair_reordered: a[14],
+            impair_corrupted: a[15],
             drops,
         }
     }
@@ -197,7 +214,7 @@ impl Counters {
 /// that is a few packets stale, never a torn counter.
 #[derive(Debug)]
 pub struct SharedCounters {
-    slots: [AtomicU64; 13 + DropReason::COUNT],
+    slots: [AtomicU64; FIELDS + DropReason::COUNT],
 }
 
 impl Default for SharedCounters {
@@ -233,6 +250,7 @@ mod tests {
         c.drop(DropReason::NoMbuf);
         c.rx_packets = 7;
         c.steered = 3;
+        c.impair_corrupted = 5;
         assert_eq!(c.dropped(DropReason::BadChecksum), 2);
         assert_eq!(c.total_drops(), 3);
         assert_eq!(c.drop_list(), vec![("bad_checksum", 2), ("no_mbuf", 1)]);

@@ -352,3 +352,106 @@ fn bad_frames_from_the_wire_are_dropped_and_counted_by_reason() {
     );
     assert_eq!(json["mbufs_in_use_after_close"], 0, "{json}");
 }
+
+/// `--impair` on a real port: what ainftp-dp sends over its TAP device is
+/// dropped, duplicated and corrupted as asked, the kernel side sees each
+/// of the three, and the summary says how many of each.
+#[test]
+fn an_impaired_port_drops_duplicates_and_corrupts_what_it_sends_and_says_how_much() {
+    const N: usize = 300;
+    let iface = "ainfdp86";
+    let child = start_on_tap(
+        iface,
+        86,
+        &[
+            "--mac",
+            "02:00:00:00:00:86",
+            "--neighbour",
+            "10.86.0.1=02:00:00:00:01:86",
+            "--impair",
+            "loss=0.2,dup=0.2,corrupt=0.2,seed=7",
+            "--stats-period",
+            "0",
+            "--json",
+        ],
+    );
+    // Static neighbours both ways: ARP would be impaired too.
+    let neigh = format!(
+        "ip link set dev {iface} address 02:00:00:00:01:86 && \
+         ip neigh replace 10.86.0.2 lladdr 02:00:00:00:00:86 dev {iface}"
+    );
+    assert!(sh(&neigh).status.success(), "{neigh}");
+    let sock = UdpSocket::bind("10.86.0.1:0").unwrap();
+    sock.set_read_timeout(Some(Duration::from_millis(500)))
+        .unwrap();
+    let datagram =
+        |seq: usize| -> Vec<u8> { (0..64).map(|i| (seq * 7 + i) as u8 ^ 0x5a).collect() };
+    // Replies are read while we send, so none overflows the socket buffer.
+    let reader = {
+        let sock = sock.try_clone().unwrap();
+        std::thread::spawn(move || {
+            let mut got = Vec::new();
+            let mut buf = [0u8; 2048];
+            while let Ok((n, _)) = sock.recv_from(&mut buf) {
+                got.push(buf[..n].to_vec());
+            }
+            got
+        })
+    };
+    for seq in 0..N {
+        sock.send_to(&datagram(seq), "10.86.0.2:7").unwrap();
+    }
+    let sent: std::collections::HashMap<Vec<u8>, usize> =
+        (0..N).map(|s| (datagram(s), s)).collect();
+    let mut seen = vec![0u32; N];
+    let mut foreign = 0;
+    for d in reader.join().unwrap() {
+        match sent.get(&d) {
+            Some(&seq) => seen[seq] += 1,
+            None => foreign += 1,
+        }
+    }
+    assert!(sh(&format!("kill -TERM {}", child.id())).status.success());
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "exit after SIGTERM: {stderr}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let json: serde_json::Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    let lcore = &json["lcores"][0];
+    let count = |k: &str| lcore["impaired"][k].as_u64().unwrap_or(0);
+    let (dropped, duplicated, corrupted) =
+        (count("dropped"), count("duplicated"), count("corrupted"));
+
+    let missing = seen.iter().filter(|&&c| c == 0).count();
+    let twice = seen.iter().filter(|&&c| c >= 2).count();
+    assert_eq!(
+        lcore["udp_in"].as_u64(),
+        Some(N as u64),
+        "every datagram arrived: {json}"
+    );
+    assert!(
+        missing > 0 && dropped > 0,
+        "loss: {missing} never came back; {json}"
+    );
+    assert!(
+        twice > 0 && duplicated > 0,
+        "duplication: {twice} came back twice; {json}"
+    );
+    assert!(
+        foreign > 0 && corrupted > 0,
+        "corruption: {foreign} came back altered; {json}"
+    );
+    // Each echo left as one copy, or two, or none (`udp_out` counts what
+    // left the port): the kernel got exactly that, and it adds up to the
+    // impairment's counts, give or take the announcement at port up,
+    // which went through the impairment too.
+    let got = seen.iter().map(|&c| c as u64).sum::<u64>() + foreign;
+    assert_eq!(lcore["udp_out"].as_u64(), Some(got), "{json}");
+    let expected = N as u64 + duplicated - dropped;
+    assert!(
+        got.abs_diff(expected) <= 1,
+        "the kernel got {got} datagrams, the counts say {expected}: {json}"
+    );
+    assert!(stderr.contains("impaired: dropped"), "{stderr}");
+    assert_eq!(json["mbufs_in_use_after_close"], 0, "{json}");
+}

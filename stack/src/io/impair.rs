@@ -685,7 +685,11 @@ impl<P: PacketIo> PacketIo for Impaired<P> {
 impl<P: super::CountedIo> super::CountedIo for Impaired<P> {
     fn counters(&self) -> crate::counters::Counters {
         let mut c = self.inner.counters();
-        c.drops[crate::counters::DropReason::Impaired as usize] += self.stats().dropped;
+        let s = self.stats();
+        c.drops[crate::counters::DropReason::Impaired as usize] += s.dropped;
+        c.impair_duplicated += s.duplicated;
+        c.impair_reordered += s.reordered;
+        c.impair_corrupted += s.corrupted;
         c
     }
 }

@@ -213,6 +213,30 @@ pub fn start_perf_server(
     idle_timeout: Option<Duration>,
 ) -> (Running<PerfServerApp>, ClusterDir) {
     let cfg = RuntimeConfig::new(&format!("net_tap0,iface={iface}"), us, 24);
+    start_perf_server_with(eal, cfg, iface, us, tag, idle_timeout)
+}
+
+/// [`start_perf_server`] with what the server sends impaired on the port.
+pub fn start_impaired_perf_server(
+    eal: &dpdk_ffi::Eal,
+    iface: &str,
+    us: Ipv4Addr,
+    tag: &str,
+    impair: stack::io::impair::ImpairConfig,
+) -> (Running<PerfServerApp>, ClusterDir) {
+    let mut cfg = RuntimeConfig::new(&format!("net_tap0,iface={iface}"), us, 24);
+    cfg.impair = Some(impair);
+    start_perf_server_with(eal, cfg, iface, us, tag, None)
+}
+
+fn start_perf_server_with(
+    eal: &dpdk_ffi::Eal,
+    cfg: RuntimeConfig,
+    iface: &str,
+    us: Ipv4Addr,
+    tag: &str,
+    idle_timeout: Option<Duration>,
+) -> (Running<PerfServerApp>, ClusterDir) {
     let dir = cluster(tag);
     let server_dir = dir.clone();
     let running = Running::start_apps(eal, &cfg, move |i| {

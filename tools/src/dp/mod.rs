@@ -77,6 +77,7 @@ pub fn run(args: &args::DpArgs) -> Result<Summary> {
         &run,
         &lcores,
         started.elapsed().max(Duration::from_millis(1)),
+        plan.runtime.impair.is_some(),
     );
     summary.print();
     Ok(summary)

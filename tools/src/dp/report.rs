@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
-use stack::counters::{Counters, SharedCounters};
+use stack::counters::{Counters, DropReason, SharedCounters};
 use stack::runtime::RunReport;
 
 /// Print per-lcore rates every `period` until `stop` (or `duration` ends,
@@ -73,6 +73,17 @@ pub struct LcoreSummary {
     pub arp_replies: u64,
     pub icmp_echo_replies: u64,
     pub drops: std::collections::BTreeMap<String, u64>,
+    /// What `--impair` did to sent packets (absent without it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub impaired: Option<ImpairedSummary>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ImpairedSummary {
+    pub dropped: u64,
+    pub duplicated: u64,
+    pub reordered: u64,
+    pub corrupted: u64,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -90,7 +101,8 @@ pub struct Summary {
 }
 
 impl Summary {
-    pub fn new(run: &RunReport, lcores: &[u32], elapsed: Duration) -> Summary {
+    /// `impaired`: an impairment ran on the port (`--impair`).
+    pub fn new(run: &RunReport, lcores: &[u32], elapsed: Duration, impaired: bool) -> Summary {
         let secs = elapsed.as_secs_f64();
         Summary {
             seconds: secs,
@@ -122,6 +134,12 @@ impl Summary {
                         .into_iter()
                         .map(|(n, v)| (n.to_string(), v))
                         .collect(),
+                    impaired: impaired.then(|| ImpairedSummary {
+                        dropped: c.dropped(DropReason::Impaired),
+                        duplicated: c.impair_duplicated,
+                        reordered: c.impair_reordered,
+                        corrupted: c.impair_corrupted,
+                    }),
                 })
                 .collect(),
         }
@@ -138,6 +156,12 @@ impl Summary {
                 "  lcore {:>3}: rx {:>12} tx {:>12} udp in/out {}/{} steered {} arp replies {} icmp echo replies {} drops {:?}",
                 l.lcore, l.rx_packets, l.tx_packets, l.udp_in, l.udp_out, l.steered, l.arp_replies, l.icmp_echo_replies, l.drops
             );
+            if let Some(i) = &l.impaired {
+                eprintln!(
+                    "             impaired: dropped {} duplicated {} reordered {} corrupted {}",
+                    i.dropped, i.duplicated, i.reordered, i.corrupted
+                );
+            }
         }
         eprintln!(
             "  total: rx {} ({:.0} pps) tx {} ({:.0} pps); port rx {} tx {} missed {}; mbufs still out after close: {}",
