@@ -299,8 +299,10 @@ fn aioquic_client_against_our_server_resumes_after_a_blackhole_on_a_real_link() 
         "the transfer completes after the blackhole: {line} {}",
         String::from_utf8_lossy(&out.stderr)
     );
+    // Whichever side had data or probes to send met the hole (aioquic
+    // may have sent all its data already and only be waiting for ours).
     assert!(
-        to_us > 0 && from_us > 0,
+        to_us + from_us > 0,
         "the blackhole cut a running transfer: dropped {to_us} to us, {from_us} from us"
     );
     assert!(started.elapsed() > Duration::from_millis(3500));

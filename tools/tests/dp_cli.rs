@@ -381,7 +381,17 @@ fn an_impaired_port_drops_duplicates_and_corrupts_what_it_sends_and_says_how_muc
          ip neigh replace 10.86.0.2 lladdr 02:00:00:00:00:86 dev {iface}"
     );
     assert!(sh(&neigh).status.success(), "{neigh}");
-    let sock = UdpSocket::bind("10.86.0.1:0").unwrap();
+    // Room for every reply, even if the reader below is slow to run.
+    let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::DGRAM, None).unwrap();
+    sock.set_recv_buffer_size(4 << 20).unwrap();
+    sock.bind(
+        &"10.86.0.1:0"
+            .parse::<std::net::SocketAddr>()
+            .unwrap()
+            .into(),
+    )
+    .unwrap();
+    let sock = UdpSocket::from(sock);
     sock.set_read_timeout(Some(Duration::from_millis(500)))
         .unwrap();
     let datagram =
