@@ -53,9 +53,18 @@ fn lane_bytes_sent(l: &Lanes) -> Vec<u64> {
 #[test]
 fn large_buckets_split_over_every_lane_and_match_the_reference() {
     let world = 3;
-    // Up to 3 lanes' worth (3 x 4096 bytes) stays on lane 0; from there
-    // on every lane gets a part. 100_003 is prime.
-    let sizes = [1usize, 1000, 3 * 1024 - 1, 3 * 1024, 100_003];
+    // Below 2 x 4096 bytes a bucket stays on lane 0; from there on it is
+    // split over as many lanes as get 4096 bytes each, the third lane
+    // from 3 x 4096 bytes on. 100_003 is prime.
+    let sizes = [
+        1usize,
+        1000,
+        2 * 1024 - 1,
+        2 * 1024,
+        3 * 1024 - 1,
+        3 * 1024,
+        100_003,
+    ];
     let out = on_ranks(world, DriverConfig::default(), move |mut l| {
         let r = l.rank();
         let mut results = Vec::new();
@@ -95,11 +104,7 @@ fn large_buckets_split_over_every_lane_and_match_the_reference() {
             assert_eq!(out[r].0[k], out[0].0[k], "rank {r} differs at size {n}");
         }
         let (lanes, used) = &out[0].1[k];
-        let expect = if n * 4 >= LANES * MIN_LANE_BYTES {
-            LANES
-        } else {
-            1
-        };
+        let expect = (n * 4 / MIN_LANE_BYTES).clamp(1, LANES);
         assert_eq!(*lanes, expect, "lanes for {n} elements");
         for (lane, &u) in used.iter().enumerate() {
             assert_eq!(u, lane < expect, "size {n}: lane {lane} sent data: {u}");

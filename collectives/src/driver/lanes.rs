@@ -4,10 +4,11 @@
 //!
 //! A QUIC connection is one congestion window and one core's worth of
 //! crypto and copies; lanes multiply both. An all-reduce or broadcast of
-//! a bucket of at least `lanes * min_lane_bytes` is cut into one
-//! contiguous part per lane (every rank cuts the same way, from the
-//! length alone); the lanes run their parts at once, lane 0 on the
-//! caller's thread, and the caller is woken once, when the last lane is
+//! a bucket of at least `2 * min_lane_bytes` is cut into one contiguous
+//! part per lane for as many lanes as get `min_lane_bytes` each (every
+//! rank cuts the same way, from the length alone); those lanes run their
+//! parts at once, lane 0 on the caller's thread, the others keep their
+//! traffic moving, and the caller is woken once, when the last lane is
 //! done. Smaller buckets, and reduce-scatter, all-gather and barrier
 //! (whose results are laid out by rank over the whole buffer), run on
 //! lane 0 while the caller's thread keeps the other lanes' traffic
@@ -234,16 +235,15 @@ where
         &self.lanes[k]
     }
 
-    /// How many lanes a collective of `count` elements runs on: all of
-    /// them or one.
+    /// How many lanes a collective of `count` elements runs on: as many
+    /// as get at least `min_lane_bytes` of it (one when fewer than two do).
     pub fn lanes_for(&self, op: Op, count: usize) -> usize {
         let splits = matches!(op, Op::AllReduce(_) | Op::Broadcast { .. });
-        let lanes = self.lanes.len();
-        if splits && count.saturating_mul(4) >= lanes.saturating_mul(self.min_lane_bytes) {
-            lanes
-        } else {
-            1
+        if !splits {
+            return 1;
         }
+        let fit = count.saturating_mul(4) / self.min_lane_bytes;
+        fit.clamp(1, self.lanes.len())
     }
 
     /// All lanes' counters added up, except `wakeups`: one per collective
@@ -288,18 +288,19 @@ where
         r
     }
 
-    /// Runs `collective` on `buf`, split over every lane when it is an
-    /// all-reduce or broadcast of at least `lanes * min_lane_bytes`.
+    /// Runs `collective` on `buf`, split over lanes when it is an
+    /// all-reduce or broadcast of at least `2 * min_lane_bytes`.
     pub fn run(&mut self, collective: Collective, buf: &mut [f32]) -> Result<()> {
         if let Some(why) = &self.failed {
             return Err(Error::Failed(Box::new(Error::Transport(why.clone()))));
         }
         let result = if self.lanes.len() == 1 {
             self.lanes[0].run(collective, buf)
-        } else if self.lanes_for(collective.op, buf.len()) == 1 {
-            self.run_on_lane_zero(collective, buf)
         } else {
-            self.run_split(collective, buf)
+            match self.lanes_for(collective.op, buf.len()) {
+                1 => self.run_on_lane_zero(collective, buf),
+                n => self.run_split(collective, buf, n),
+            }
         };
         match &result {
             Ok(()) => self.wakeups += 1,
@@ -327,22 +328,26 @@ where
         })
     }
 
-    fn run_split(&mut self, collective: Collective, buf: &mut [f32]) -> Result<()> {
-        let (count, n) = (buf.len(), self.lanes.len());
-        let mut parts = Vec::with_capacity(n);
+    /// Lanes `0..n` run one part of `buf` each; the lanes beyond `n`
+    /// only keep their traffic moving until those are done.
+    fn run_split(&mut self, collective: Collective, buf: &mut [f32], n: usize) -> Result<()> {
+        let (count, lanes) = (buf.len(), self.lanes.len());
+        let mut parts: Vec<Option<&mut [f32]>> = Vec::with_capacity(lanes);
         let mut rest = buf;
         for k in 0..n {
             let (part, tail) = rest.split_at_mut(shard_range(count, n, k).len());
-            parts.push(part);
+            parts.push(Some(part));
             rest = tail;
         }
+        parts.resize_with(lanes, || None);
         let (first_lane, others) = self.lanes.split_first_mut().expect("n >= 2");
         let (first_part, other_parts) = parts.split_first_mut().expect("n >= 2");
+        let first_part = first_part.as_deref_mut().expect("lane 0 has a part");
         let cpus = &self.cpus;
         let running = AtomicUsize::new(n);
         let running = &running;
         std::thread::scope(|s| {
-            let mut handles = Vec::with_capacity(n - 1);
+            let mut handles = Vec::with_capacity(lanes - 1);
             let mut not_started = None;
             for (i, (comm, part)) in others.iter_mut().zip(other_parts.iter_mut()).enumerate() {
                 let cpu = cpus.get(i + 1).copied().flatten();
@@ -350,13 +355,18 @@ where
                     if let Some(id) = cpu {
                         core_affinity::set_for_current(core_affinity::CoreId { id });
                     }
-                    run_part(comm, collective, part, running)
+                    match part {
+                        Some(part) => run_part(comm, collective, part, running),
+                        None => keep_moving(comm, running),
+                    }
                 });
                 match lane {
                     Ok(h) => handles.push(h),
                     Err(e) => {
-                        // It will never count itself done.
-                        running.fetch_sub(1, Ordering::AcqRel);
+                        if i + 1 < n {
+                            // A lane with a part would never count itself done.
+                            running.fetch_sub(1, Ordering::AcqRel);
+                        }
                         not_started.get_or_insert(Error::Transport(format!(
                             "starting lane {}'s thread: {e}",
                             i + 1
@@ -412,12 +422,17 @@ fn run_part<B: Backend>(
         let _done = CountDown(running);
         comm.run(collective, part)
     };
-    if result.is_ok() {
-        while running.load(Ordering::Acquire) > 0 {
-            comm.progress(FINISHED_LANE_WAIT)?;
-        }
+    result?;
+    keep_moving(comm, running)
+}
+
+/// Keeps a lane's traffic moving, with no part of its own (left), until
+/// every lane of this rank that has one is done.
+fn keep_moving<B: Backend>(comm: &mut Communicator<B>, running: &AtomicUsize) -> Result<()> {
+    while running.load(Ordering::Acquire) > 0 {
+        comm.progress(FINISHED_LANE_WAIT)?;
     }
-    result
+    Ok(())
 }
 
 /// Takes one off the count of running lanes when dropped.

@@ -409,9 +409,9 @@ pub struct PerfArgs {
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
     pub lanes: u16,
 
-    /// Collectives with --lanes: a bucket is split only when each lane
-    /// gets at least this many bytes (suffixes K, M, G). Every rank must
-    /// use the same value.
+    /// Collectives with --lanes: a bucket is split over as many lanes as
+    /// get at least this many bytes each, none below twice this (suffixes
+    /// K, M, G). Every rank must use the same value.
     #[arg(long, value_name = "BYTES", default_value = "1M", value_parser = parse_bytes)]
     pub lane_min_bytes: u64,
 
