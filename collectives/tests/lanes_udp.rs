@@ -9,10 +9,11 @@ mod common;
 use std::net::SocketAddrV4;
 use std::time::{Duration, Instant};
 
+use collectives::driver::lanes::MIN_SPLIT_PARTS;
 use collectives::driver::{Communicator, DriverConfig, Lanes};
 use collectives::{shard_range, Error, Op, ReduceOp};
 
-const LANES: usize = 3;
+const LANES: usize = 5;
 /// Small, so the test splits buckets of a few thousand elements.
 const MIN_LANE_BYTES: usize = 4096;
 
@@ -53,16 +54,17 @@ fn lane_bytes_sent(l: &Lanes) -> Vec<u64> {
 #[test]
 fn large_buckets_split_over_every_lane_and_match_the_reference() {
     let world = 3;
-    // Below 2 x 4096 bytes a bucket stays on lane 0; from there on it is
-    // split over as many lanes as get 4096 bytes each, the third lane
-    // from 3 x 4096 bytes on. 100_003 is prime.
+    // Below 4 x 4096 bytes (MIN_SPLIT_PARTS parts) a bucket stays on lane
+    // 0; from there on it is split over as many lanes as get 4096 bytes
+    // each: four (the fifth only keeps its traffic moving), then all five
+    // from 5 x 4096 bytes on. 100_003 is prime.
     let sizes = [
         1usize,
         1000,
-        2 * 1024 - 1,
-        2 * 1024,
-        3 * 1024 - 1,
-        3 * 1024,
+        4 * 1024 - 1,
+        4 * 1024,
+        5 * 1024 - 1,
+        5 * 1024,
         100_003,
     ];
     let out = on_ranks(world, DriverConfig::default(), move |mut l| {
@@ -104,7 +106,8 @@ fn large_buckets_split_over_every_lane_and_match_the_reference() {
             assert_eq!(out[r].0[k], out[0].0[k], "rank {r} differs at size {n}");
         }
         let (lanes, used) = &out[0].1[k];
-        let expect = (n * 4 / MIN_LANE_BYTES).clamp(1, LANES);
+        let fit = (n * 4 / MIN_LANE_BYTES).min(LANES);
+        let expect = if fit >= MIN_SPLIT_PARTS { fit } else { 1 };
         assert_eq!(*lanes, expect, "lanes for {n} elements");
         for (lane, &u) in used.iter().enumerate() {
             assert_eq!(u, lane < expect, "size {n}: lane {lane} sent data: {u}");

@@ -265,11 +265,11 @@ fn lanes_split_large_buckets_and_keep_results_exact() {
         "--local-ranks",
         "2",
         "--lanes",
-        "3",
+        "5",
         "-b",
-        "512K",
+        "1M",
         "-e",
-        "4M",
+        "8M",
         "-f",
         "2",
         "-n",
@@ -279,10 +279,11 @@ fn lanes_split_large_buckets_and_keep_results_exact() {
         "--json",
     ]);
     check_rows(&rows, 1e-6, true);
-    // Over as many lanes as get 1 MiB each (the default part size): 2 MiB
-    // on two (the third keeps its traffic moving), 4 MiB on all three.
+    // Over as many lanes as get 1 MiB each (the default part size) once
+    // that is at least 4: 4 MiB on four (the fifth keeps its traffic
+    // moving), 8 MiB on all five.
     let lanes: Vec<_> = rows.iter().map(|r| r["lanes"].as_u64().unwrap()).collect();
-    assert_eq!(lanes, [1, 1, 2, 3], "{rows:?}");
+    assert_eq!(lanes, [1, 1, 4, 5], "{rows:?}");
 }
 
 #[test]

@@ -410,8 +410,8 @@ pub struct PerfArgs {
     pub lanes: u16,
 
     /// Collectives with --lanes: a bucket is split over as many lanes as
-    /// get at least this many bytes each, none below twice this (suffixes
-    /// K, M, G). Every rank must use the same value.
+    /// get at least this many bytes each, once that is 4 lanes or all of
+    /// them (suffixes K, M, G). Every rank must use the same value.
     #[arg(long, value_name = "BYTES", default_value = "1M", value_parser = parse_bytes)]
     pub lane_min_bytes: u64,
 
