@@ -20,7 +20,7 @@ use std::collections::BinaryHeap;
 use crate::error::{Error, Result};
 use crate::{Collective, Config, Counters, Engine, Progress};
 
-/// Behaviour of every link (each ordered pair of ranks has its own queue).
+/// Behaviour of a link (each ordered pair of ranks has its own queue).
 #[derive(Debug, Clone)]
 pub struct LinkModel {
     pub latency_ns: u64,
@@ -53,7 +53,10 @@ impl Default for LinkModel {
 #[derive(Debug, Clone)]
 pub struct SimConfig {
     pub seed: u64,
+    /// Every link's model, except those in `links`.
     pub link: LinkModel,
+    /// Links of their own (`from`, `to`, model): a slow or lossy pair.
+    pub links: Vec<(usize, usize, LinkModel)>,
     /// Each rank starts its next collective after `[0, compute_jitter_ns)`,
     /// so peers run ahead into the next collective.
     pub compute_jitter_ns: u64,
@@ -67,6 +70,7 @@ impl Default for SimConfig {
         SimConfig {
             seed: 1,
             link: LinkModel::default(),
+            links: Vec::new(),
             compute_jitter_ns: 20_000,
             max_time_ns: 3_600 * 1_000_000_000,
             max_events: 500_000_000,
@@ -75,6 +79,14 @@ impl Default for SimConfig {
 }
 
 impl SimConfig {
+    /// The model of the link from `from` to `to`.
+    pub fn link(&self, from: usize, to: usize) -> &LinkModel {
+        self.links
+            .iter()
+            .find(|(f, t, _)| (*f, *t) == (from, to))
+            .map_or(&self.link, |(_, _, m)| m)
+    }
+
     /// A hostile network: jitter, heavy reordering and loss.
     pub fn lossy(seed: u64) -> SimConfig {
         SimConfig {
@@ -219,9 +231,9 @@ impl Sim {
     fn flush(&mut self, rank: usize) {
         let world = self.engines.len();
         while let Some(out) = self.engines[rank].poll_send() {
-            let link = self.cfg.link.clone();
             let mut bytes = out.bytes;
             let to = out.to;
+            let link = self.cfg.link(rank, to).clone();
             let tx = if link.bytes_per_sec == 0 {
                 0
             } else {

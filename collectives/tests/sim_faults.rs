@@ -146,3 +146,57 @@ fn world_of_one_completes_without_messages() {
         assert_eq!(rep.messages, 0);
     }
 }
+
+/// Links differ: rank 1's links to the others get a tenth of the
+/// bandwidth (and loss of their own), as behind a slow NIC. Every
+/// algorithm still gives the clean run's bits, and the slow links, not the
+/// fast ones, set the pace: the all-reduce takes several times as long as
+/// on uniform links.
+#[test]
+fn one_slow_uplink_sets_the_pace_and_changes_no_bit() {
+    use collectives::sim::LinkModel;
+    let world = 4;
+    let n = 1 << 16;
+    for algo in ALGOS {
+        let cfg = engine_config(algo, Codec::F32, 4096);
+        let run = |sim_cfg: SimConfig| {
+            let mut jobs = vec![Job::new(
+                Collective::all_reduce(ReduceOp::Sum),
+                initial(Op::AllReduce(ReduceOp::Sum), world, n, 9),
+            )];
+            let report = Sim::new(world, cfg.clone(), sim_cfg)
+                .unwrap()
+                .run(&mut jobs)
+                .unwrap_or_else(|e| panic!("{algo:?}: {e}"));
+            (report.time_ns, jobs.remove(0).bufs)
+        };
+        let uniform = SimConfig::default();
+        let slow = LinkModel {
+            bytes_per_sec: uniform.link.bytes_per_sec / 10,
+            loss: 0.05,
+            ..uniform.link.clone()
+        };
+        let mut one_slow = SimConfig::default();
+        for to in [0, 2, 3] {
+            one_slow.links.push((1, to, slow.clone()));
+        }
+        assert_eq!(one_slow.link(1, 2).loss, 0.05);
+        assert_eq!(
+            one_slow.link(2, 1).loss,
+            0.0,
+            "only rank 1's sends are slow"
+        );
+        let (t_uniform, clean) = run(uniform);
+        let (t_slow, got) = run(one_slow);
+        for (a, b) in clean.iter().zip(&got) {
+            assert!(
+                a.iter().zip(b).all(|(p, q)| p.to_bits() == q.to_bits()),
+                "{algo:?}: slow links changed the result"
+            );
+        }
+        assert!(
+            t_slow > 3 * t_uniform,
+            "{algo:?}: {t_slow} ns with a slow uplink against {t_uniform} ns uniform"
+        );
+    }
+}
