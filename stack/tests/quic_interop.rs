@@ -5,8 +5,9 @@
 //! byte-exact from 1 B to 16 MiB, many at once; DATAGRAM frames both ways;
 //! the close code reaches the other side; ChaCha20 and key update
 //! from aioquic's side; 1%, 5% and 10% random loss and a blackhole on the
-//! link (nftables); reordering, duplication and corruption of what our
-//! port sends (our impairment).
+//! link (nftables), and a link cut for good (both sides time out);
+//! reordering, duplication and corruption of what our port sends (our
+//! impairment).
 
 mod common;
 
@@ -312,6 +313,53 @@ fn aioquic_client_against_our_server_resumes_after_a_blackhole_on_a_real_link() 
     );
     let (report, apps) = running.finish_apps();
     assert_eq!(apps[0].endpoint.stats().refused, 0);
+    assert_eq!(report.mbufs_in_use_after_close, 0, "no mbuf leaked");
+}
+
+/// The interop-runner's blackhole when the link never comes back, on a
+/// real link: nothing hangs. Our server (1 s idle timeout) closes the
+/// connection as idle; aioquic's client gives up at its own deadline and
+/// says the transfer is incomplete.
+#[test]
+fn a_link_cut_for_good_ends_in_an_idle_timeout_on_both_sides() {
+    let eal = common::eal("0");
+    let us = Ipv4Addr::new(10, 74, 0, 2);
+    let idle = Duration::from_secs(1);
+    let (running, dir) = start_perf_server(&eal, "ainfq96", us, "interop-cut", Some(idle));
+    let started = Instant::now();
+    let mut client = KillOnDrop(Some(
+        aioquic_client_command(&dir, us, &["--sizes", "16777216", "--timeout", "6"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("python3 runs (scripts/setup-host.sh installs aioquic)"),
+    ));
+    std::thread::sleep(Duration::from_millis(1500));
+    let cut = LossyLink::install("ainfq96", 100);
+    let out = client.0.take().unwrap().wait_with_output().unwrap();
+    let line = json_line(&out.stdout);
+    let dropped = cut.dropped();
+    drop(cut);
+    assert!(!out.status.success(), "the client cannot finish: {line}");
+    assert!(line.contains("\"complete\": false"), "{line}");
+    assert!(dropped > 0, "the cut met traffic");
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "the client gave up at its deadline, after {:?}",
+        started.elapsed()
+    );
+    let (report, apps) = running.finish_apps();
+    let closed = &apps[0].service.closed;
+    assert!(
+        closed.iter().any(|e| matches!(
+            e,
+            Event::Closed {
+                reason: CloseReason::IdleTimeout,
+                ..
+            }
+        )),
+        "the server closed the connection as idle: {closed:?}"
+    );
     assert_eq!(report.mbufs_in_use_after_close, 0, "no mbuf leaked");
 }
 
