@@ -281,19 +281,13 @@ fn aioquic_client_against_our_server_resumes_after_a_blackhole_on_a_real_link() 
     let us = Ipv4Addr::new(10, 75, 0, 2);
     let (running, dir) = start_perf_server(&eal, "ainfq95", us, "interop-blackhole", None);
     let started = Instant::now();
-    let mut client = KillOnDrop(Some(
-        aioquic_client_command(&dir, us, &["--sizes", "16777216"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("python3 runs (scripts/setup-host.sh installs aioquic)"),
-    ));
+    let client = KillOnDrop::spawn(aioquic_client_command(&dir, us, &["--sizes", "16777216"]));
     std::thread::sleep(Duration::from_millis(1500));
     let hole = LossyLink::install("ainfq95", 100);
     std::thread::sleep(Duration::from_secs(2));
     let [from_us, to_us] = hole.dropped_each_way();
     drop(hole);
-    let out = client.0.take().unwrap().wait_with_output().unwrap();
+    let out = client.wait();
     let line = json_line(&out.stdout);
     assert!(
         out.status.success(),
@@ -327,16 +321,14 @@ fn a_link_cut_for_good_ends_in_an_idle_timeout_on_both_sides() {
     let idle = Duration::from_secs(1);
     let (running, dir) = start_perf_server(&eal, "ainfq96", us, "interop-cut", Some(idle));
     let started = Instant::now();
-    let mut client = KillOnDrop(Some(
-        aioquic_client_command(&dir, us, &["--sizes", "16777216", "--timeout", "6"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("python3 runs (scripts/setup-host.sh installs aioquic)"),
+    let client = KillOnDrop::spawn(aioquic_client_command(
+        &dir,
+        us,
+        &["--sizes", "16777216", "--timeout", "6"],
     ));
     std::thread::sleep(Duration::from_millis(1500));
     let cut = LossyLink::install("ainfq96", 100);
-    let out = client.0.take().unwrap().wait_with_output().unwrap();
+    let out = client.wait();
     let line = json_line(&out.stdout);
     let dropped = cut.dropped();
     drop(cut);
@@ -369,6 +361,23 @@ fn a_link_cut_for_good_ends_in_an_idle_timeout_on_both_sides() {
 /// would otherwise outlive the test, and with it the TAP device, whose
 /// descriptor it inherited).
 struct KillOnDrop(Option<std::process::Child>);
+
+impl KillOnDrop {
+    /// Starts `cmd` with its output captured.
+    fn spawn(mut cmd: Command) -> KillOnDrop {
+        let child = cmd
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("python3 runs (scripts/setup-host.sh installs aioquic)");
+        KillOnDrop(Some(child))
+    }
+
+    /// Waits for it to exit on its own.
+    fn wait(mut self) -> std::process::Output {
+        self.0.take().unwrap().wait_with_output().unwrap()
+    }
+}
 
 impl Drop for KillOnDrop {
     fn drop(&mut self) {
