@@ -19,14 +19,15 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::{
-    cluster, perf_node_config, start_impaired_perf_server, start_perf_server, tap_up, Running,
+    cluster, perf_node_config, start_impaired_perf_server, start_perf_server, tap_up,
+    PerfServerApp, Running,
 };
 use stack::io::dpdk::UdpMbuf;
 use stack::io::impair::ImpairConfig;
 use stack::quic::lcore::{EndpointApp, QuicService};
 use stack::quic::perf::{ClientStream, MODE_ECHO};
 use stack::quic::{CloseReason, ConnHandle, Endpoint, Event};
-use stack::runtime::RuntimeConfig;
+use stack::runtime::{RunReport, RuntimeConfig};
 
 const PEER: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/interop/aioquic_peer.py");
 use common::MAX_PAYLOAD;
@@ -105,7 +106,7 @@ fn aioquic_client_against_our_server_on_dpdk() {
     assert!(ok, "chacha20 + key update: {line}");
     assert!(line.contains("CHACHA20"), "{line}");
 
-    let (report, apps) = running.finish_apps();
+    let (_, apps) = finish_clean(running);
     let closed = &apps[0].service.closed;
     assert!(
         closed.iter().any(|e| matches!(
@@ -121,8 +122,15 @@ fn aioquic_client_against_our_server_on_dpdk() {
         )),
         "the server saw the client's application close code: {closed:?}"
     );
+}
+
+/// Stops our perf server, and checks that it refused no peer and that
+/// every mbuf came back.
+fn finish_clean(running: Running<PerfServerApp>) -> (RunReport, Vec<PerfServerApp>) {
+    let (report, apps) = running.finish_apps();
     assert_eq!(apps[0].endpoint.stats().refused, 0);
     assert_eq!(report.mbufs_in_use_after_close, 0, "no mbuf leaked");
+    (report, apps)
 }
 
 /// Random loss on a real link, as tc netem would make it where it exists:
@@ -224,9 +232,7 @@ fn aioquic_client_against_our_server_over_a_lossy_real_link() {
         );
         eprintln!("{percent}% loss: {dropped} datagrams dropped, {line}");
     }
-    let (report, apps) = running.finish_apps();
-    assert_eq!(apps[0].endpoint.stats().refused, 0);
-    assert_eq!(report.mbufs_in_use_after_close, 0, "no mbuf leaked");
+    finish_clean(running);
 }
 
 /// The interop-runner's reordering, duplication, transfercorruption and
@@ -257,7 +263,7 @@ fn aioquic_client_against_our_server_over_a_real_link_that_reorders_duplicates_a
     drop(link);
     assert!(ok, "echo byte-exact over the impaired link: {line}");
     assert!(line.contains("\"streams\": 10"), "{line}");
-    let (report, apps) = running.finish_apps();
+    let (report, _) = finish_clean(running);
     let t = &report.total;
     eprintln!(
         "impaired: reordered {} duplicated {} corrupted {} of {} sent",
@@ -267,8 +273,6 @@ fn aioquic_client_against_our_server_over_a_real_link_that_reorders_duplicates_a
         t.impair_reordered > 20 && t.impair_duplicated > 10 && t.impair_corrupted > 5,
         "{t:?}"
     );
-    assert_eq!(apps[0].endpoint.stats().refused, 0);
-    assert_eq!(report.mbufs_in_use_after_close, 0, "no mbuf leaked");
 }
 
 /// The interop-runner's blackhole on a real link: two seconds into a
@@ -305,9 +309,7 @@ fn aioquic_client_against_our_server_resumes_after_a_blackhole_on_a_real_link() 
         "blackhole: dropped {from_us} from us and {to_us} to us; done after {:?}: {line}",
         started.elapsed()
     );
-    let (report, apps) = running.finish_apps();
-    assert_eq!(apps[0].endpoint.stats().refused, 0);
-    assert_eq!(report.mbufs_in_use_after_close, 0, "no mbuf leaked");
+    finish_clean(running);
 }
 
 /// The interop-runner's blackhole when the link never comes back, on a
