@@ -140,6 +140,7 @@ impl Mbuf {
     }
 
     /// Remove `len` bytes from the front (e.g. a parsed header).
+    #[inline]
     pub fn adj(&mut self, len: usize) -> Result<()> {
         let l = fits(len, self.len(), "data")?;
         // What rte_pktmbuf_adj does (first segment only), inline.
@@ -151,6 +152,7 @@ impl Mbuf {
     }
 
     /// Remove `len` bytes from the end.
+    #[inline]
     pub fn trim(&mut self, len: usize) -> Result<()> {
         let l = fits(len, self.len(), "data")?;
         if self.hdr().nb_segs != 1 {

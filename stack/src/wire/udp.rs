@@ -100,8 +100,12 @@ impl<T: AsRef<[u8]>> UdpPacket<T> {
         if self.checksum() == 0 {
             return true;
         }
-        let pseudo = pseudo_header_checksum(src_addr, dst_addr, self.len());
-        checksum::combine(&[pseudo, checksum::data(self.datagram())]) == 0xffff
+        checksum::verify_with_pseudo_header_v4(
+            src_addr,
+            dst_addr,
+            ip_protocol::UDP,
+            self.datagram(),
+        )
     }
 }
 
