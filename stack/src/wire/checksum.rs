@@ -25,7 +25,7 @@ fn add64(acc: u64, word: u64) -> u64 {
 pub fn sum(data: &[u8]) -> u64 {
     // Headers and small datagrams are summed by the simple loop, payloads
     // by the vectorised one, which costs a few ns more to set up and end:
-    // 20 B: 3.1 ns simple, 6.5 ns wide; 1472 B: 107 ns simple, 53 ns wide.
+    // 20 B: 3.1 ns simple, 6.5 ns wide; 1472 B: 107 ns simple, 40 ns wide.
     if data.len() < 256 {
         sum_short(data)
     } else {
@@ -62,25 +62,41 @@ fn sum_short(data: &[u8]) -> u64 {
     acc
 }
 
-/// The bulk in native (little-endian) order, as 32-bit words into eight
-/// 64-bit lanes: no lane can carry out before 128 GiB of input, so the
-/// loop has no carry chain and the compiler vectorises it. The sum of
-/// 16-bit words is byte-order independent (RFC 1071 section 2): the folded
-/// native sum, byte-swapped, is the big-endian one. The tail (under 32
-/// bytes, at an even offset) goes to the simple loop.
+/// The bulk in native (little-endian) order, as 16-bit words into
+/// thirty-two 32-bit lanes per 64-byte block. Widening 16 to 32 bits is
+/// one SSE2 unpack, so the loop vectorises on the baseline target (the
+/// 32-to-64-bit form it replaces stayed scalar: 52 against 40 ns for
+/// 1472 bytes). A lane gains at most 0xffff per block, so runs of
+/// `u32::MAX / 0xffff` blocks cannot overflow it. The sum of 16-bit words is
+/// byte-order independent (RFC 1071 section 2): the folded native sum,
+/// byte-swapped, is the big-endian one. The tail (under 64 bytes, at an
+/// even offset) goes to the simple loop.
 fn sum_wide(data: &[u8]) -> u64 {
-    let mut blocks = data.chunks_exact(32);
-    let mut lanes = [0u64; 8];
-    for block in &mut blocks {
-        for (lane, word) in lanes.iter_mut().zip(block.chunks_exact(4)) {
-            *lane += u64::from(u32::from_le_bytes(word.try_into().expect("4 bytes")));
+    const RUN: usize = WIDE_BLOCK * (u32::MAX / 0xffff) as usize;
+    let mut native = 0u64;
+    let mut tail: &[u8] = &[];
+    // Every run but the last is whole blocks; the last one's remainder is
+    // the tail.
+    for run in data.chunks(RUN) {
+        let blocks = run.chunks_exact(WIDE_BLOCK);
+        tail = blocks.remainder();
+        native = add64(native, sum_blocks(blocks));
+    }
+    add64(u64::from(fold(native).swap_bytes()), sum_short(tail))
+}
+
+const WIDE_BLOCK: usize = 64;
+
+/// Native-order 16-bit words of at most `u32::MAX / 0xffff` blocks, one
+/// lane per word position; the lanes' total fits 64 bits without carry.
+fn sum_blocks(blocks: std::slice::ChunksExact<'_, u8>) -> u64 {
+    let mut lanes = [0u32; WIDE_BLOCK / 2];
+    for block in blocks {
+        for (lane, word) in lanes.iter_mut().zip(block.chunks_exact(2)) {
+            *lane += u32::from(u16::from_le_bytes([word[0], word[1]]));
         }
     }
-    let native = lanes.iter().fold(0u64, |acc, &l| add64(acc, l));
-    add64(
-        u64::from(fold(native).swap_bytes()),
-        sum_short(blocks.remainder()),
-    )
+    lanes.iter().map(|&l| u64::from(l)).sum()
 }
 
 /// Folds a one's complement accumulator down to 16 bits.
@@ -212,6 +228,19 @@ mod tests {
             assert_eq!(fold(sum_short(d)), fold(sum_wide(d)), "length {len}");
             assert_eq!(fold(sum_wide(d)), naive(d), "length {len}");
         }
+    }
+
+    #[test]
+    fn wide_lanes_do_not_overflow_across_runs() {
+        // All ones fill every 32-bit lane to u32::MAX by the end of a run;
+        // one more block would overflow it (a panic here, in debug builds).
+        let len = 64 * ((u32::MAX / 0xffff) as usize) + 64 * 3 + 10;
+        let ones = vec![0xffu8; len];
+        assert_eq!(fold(sum_wide(&ones)), naive(&ones));
+        let pattern: Vec<u8> = (0..len as u32)
+            .map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8)
+            .collect();
+        assert_eq!(fold(sum_wide(&pattern)), naive(&pattern));
     }
 
     #[test]
