@@ -6,7 +6,10 @@
 #     dropped) and the same core. ainftp-dp does the whole host path
 #     (parse, verify IP and UDP checksums, demux, turn the headers around);
 #     testpmd's macswap swaps MACs, its 5tswap swaps MACs, IP addresses and
-#     ports (the same turnaround, without any validation).
+#     ports (the same turnaround, without any validation), and its csum
+#     engine parses L2-L4 and computes the IP and UDP checksums in
+#     software (net_pcap has no offload): the testpmd engine whose work
+#     is closest to a host path.
 #  2. UDP ping-pong latency over one veth pair: a kernel UDP client in a
 #     network namespace against (a) ainftp-dp's echo on net_af_xdp and
 #     (b) the kernel's UDP stack (ainftp-perf udp-echo on the same veth).
@@ -69,7 +72,7 @@ testpmd_rate() { grep -E '^ +Rx-pps:' "$1" | awk '{print $2}' | tail -n +3 | med
 dp_rate() { grep -E '^lcore +[0-9]+: rx-pps' "$1" | awk '{print $4}' | tail -n +3 | median; }
 
 echo "== UDP echo on one lcore (net_pcap replay, 64 flows, 60 B frames) =="
-: >"$WORK/tp.rates"; : >"$WORK/t5.rates"; : >"$WORK/dp.rates"
+: >"$WORK/tp.rates"; : >"$WORK/t5.rates"; : >"$WORK/tc.rates"; : >"$WORK/dp.rates"
 for r in $(seq "$RUNS"); do
     timeout -s INT $((DURATION + 3)) "$TESTPMD" -l 0-1 --no-pci --in-memory --log-level='*:warning' \
         --vdev "$PCAP" -- --forward-mode=macswap --nb-cores=1 --stats-period 1 >"$WORK/tp.log" 2>&1 || true
@@ -77,14 +80,17 @@ for r in $(seq "$RUNS"); do
     timeout -s INT $((DURATION + 3)) "$TESTPMD" -l 0-1 --no-pci --in-memory --log-level='*:warning' \
         --vdev "$PCAP" -- --forward-mode=5tswap --nb-cores=1 --stats-period 1 >"$WORK/tp.log" 2>&1 || true
     testpmd_rate "$WORK/tp.log" >>"$WORK/t5.rates"
+    timeout -s INT $((DURATION + 3)) "$TESTPMD" -l 0-1 --no-pci --in-memory --log-level='*:warning' \
+        --vdev "$PCAP" -- --forward-mode=csum --nb-cores=1 --stats-period 1 >"$WORK/tp.log" 2>&1 || true
+    testpmd_rate "$WORK/tp.log" >>"$WORK/tc.rates"
     "$DP" --lcores 1 --vdev "$PCAP" --ip 10.99.0.2/24 --mac 02:00:00:00:00:02 \
         --neighbour 10.99.0.1=02:00:00:00:00:01 --udp-echo 7 --idle busy \
         --stats-period 1 --duration "$DURATION" >"$WORK/dp.log" 2>&1 || true
     dp_rate "$WORK/dp.log" >>"$WORK/dp.rates"
-    echo "run $r: testpmd macswap $(tail -1 "$WORK/tp.rates") pps, 5tswap $(tail -1 "$WORK/t5.rates") pps, ainftp-dp udp echo $(tail -1 "$WORK/dp.rates") pps"
+    echo "run $r: testpmd macswap $(tail -1 "$WORK/tp.rates") pps, 5tswap $(tail -1 "$WORK/t5.rates") pps, csum $(tail -1 "$WORK/tc.rates") pps, ainftp-dp udp echo $(tail -1 "$WORK/dp.rates") pps"
 done
-tp=$(median <"$WORK/tp.rates"); t5=$(median <"$WORK/t5.rates"); dp=$(median <"$WORK/dp.rates")
-awk -v t="$tp" -v f="$t5" -v d="$dp" 'BEGIN {printf "median: testpmd macswap %.2f Mpps, 5tswap %.2f Mpps, ainftp-dp udp echo %.2f Mpps, ratio to macswap %.3f, to 5tswap %.3f\n", t/1e6, f/1e6, d/1e6, (t>0 ? d/t : 0), (f>0 ? d/f : 0)}'
+tp=$(median <"$WORK/tp.rates"); t5=$(median <"$WORK/t5.rates"); tc=$(median <"$WORK/tc.rates"); dp=$(median <"$WORK/dp.rates")
+awk -v t="$tp" -v f="$t5" -v c="$tc" -v d="$dp" 'BEGIN {printf "median: testpmd macswap %.2f Mpps, 5tswap %.2f Mpps, csum %.2f Mpps, ainftp-dp udp echo %.2f Mpps, ratio to macswap %.3f, to 5tswap %.3f, to csum %.3f\n", t/1e6, f/1e6, c/1e6, d/1e6, (t>0 ? d/t : 0), (f>0 ? d/f : 0), (c>0 ? d/c : 0)}'
 
 echo "== UDP echo on one lcore over af_xdp (veth pair; testpmd txonly generates on the other end) =="
 ip link del bench-xa 2>/dev/null || true

@@ -24,6 +24,10 @@ struct EalInner {
     // rte_eal_init keeps pointers into argv (e.g. for devargs), so the
     // strings live as long as the EAL does.
     _args: Vec<CString>,
+    /// The runtime directory a primary process with shared files made
+    /// (/var/run/dpdk/PREFIX); removed at cleanup, as nothing outlives us
+    /// that could use it.
+    runtime_dir: Option<std::path::PathBuf>,
 }
 
 impl Eal {
@@ -62,8 +66,23 @@ impl Eal {
         if rc < 0 {
             return Err(from_rte_errno("rte_eal_init"));
         }
+        let in_memory = owned
+            .iter()
+            .any(|a| a.as_bytes().starts_with(b"--in-memory"));
+        // SAFETY: EAL is initialised; rte_eal_process_type only reads its config.
+        let primary =
+            unsafe { sys::rte_eal_process_type() } == sys::rte_proc_type_t_RTE_PROC_PRIMARY;
+        let runtime_dir = (primary && !in_memory).then(|| {
+            // SAFETY: EAL is initialised; the runtime dir is a NUL-terminated
+            // string in EAL's static config, copied out at once.
+            let dir = unsafe { CStr::from_ptr(sys::rte_eal_get_runtime_dir()) };
+            std::path::PathBuf::from(dir.to_string_lossy().into_owned())
+        });
         Ok(Eal {
-            _inner: Arc::new(EalInner { _args: owned }),
+            _inner: Arc::new(EalInner {
+                _args: owned,
+                runtime_dir,
+            }),
         })
     }
 
@@ -109,5 +128,8 @@ impl Drop for EalInner {
     fn drop(&mut self) {
         // SAFETY: the last handle is gone, so no pool, port or ring is left.
         unsafe { sys::rte_eal_cleanup() };
+        if let Some(dir) = self.runtime_dir.as_ref().filter(|d| d.is_dir()) {
+            let _ = std::fs::remove_dir_all(dir);
+        }
     }
 }

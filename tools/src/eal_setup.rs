@@ -23,12 +23,14 @@ pub fn eal_args(opts: &EalOptions) -> Vec<String> {
     }
     // Without a file prefix of the user's, run without shared files so that
     // several instances coexist and nothing is left in /dev/hugepages.
-    if !opts
-        .extra
-        .iter()
-        .any(|a| a.starts_with("--file-prefix") || a == "--in-memory")
-    {
+    let given = |flag: &str| opts.extra.iter().any(|a| a.starts_with(flag));
+    if !given("--file-prefix") && !given("--in-memory") {
         args.push("--in-memory".into());
+    } else if given("--file-prefix") && !given("--huge-unlink") && !given("--proc-type") {
+        // With a prefix (memif between two processes) the hugepage files
+        // would outlive us and keep their pages; no secondary process of
+        // ours needs them.
+        args.push("--huge-unlink".into());
     }
     // EAL is chatty at info level; warnings and errors still show.
     args.push("--log-level=*:warning".into());

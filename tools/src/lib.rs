@@ -7,14 +7,42 @@ pub mod dp;
 pub mod eal_setup;
 pub mod error;
 pub mod perf;
+pub mod seconds;
 
 pub use error::{Error, Result};
 
 /// Writes `line` and a newline to stderr in one write. `eprintln!` writes
 /// its pieces separately, so lines of ranks sharing one stderr interleave.
+/// A failed write is ignored: `eprintln!` panics on a closed stderr
+/// (`2>&1 | head`), and with panic=abort that would kill a run before it
+/// drains and closes its ports.
 pub fn eprint_line(line: &str) {
     use std::io::Write;
     let _ = std::io::stderr().write_all(format!("{line}\n").as_bytes());
+}
+
+/// `eprint_line` for stdout (reports, JSON summaries), for the same reason.
+pub fn print_line(line: &str) {
+    use std::io::Write;
+    let _ = std::io::stdout()
+        .lock()
+        .write_all(format!("{line}\n").as_bytes());
+}
+
+/// `eprintln!` that cannot panic: see [`eprint_line`].
+#[macro_export]
+macro_rules! eline {
+    ($($arg:tt)*) => {
+        $crate::eprint_line(&format!($($arg)*))
+    };
+}
+
+/// `println!` that cannot panic: see [`print_line`].
+#[macro_export]
+macro_rules! oline {
+    ($($arg:tt)*) => {
+        $crate::print_line(&format!($($arg)*))
+    };
 }
 
 /// Log to stderr with `RUST_LOG`-style filtering (default: warnings).

@@ -206,6 +206,36 @@ fn certs_makes_a_cluster_ca_and_node_certificates() {
         .output()
         .unwrap();
     assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("not usable"));
+    // A refused run writes nothing: no CA appears beside a bad node name.
+    let fresh = dir.join("fresh");
+    let out = Command::new(DP)
+        .args([
+            "certs",
+            "--dir",
+            fresh.to_str().unwrap(),
+            "--ca",
+            "--node",
+            "a b",
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("not usable"));
+    assert!(!fresh.join("ca.key").exists() && !fresh.join("ca.pem").exists());
+    // A node's key is never silently replaced.
+    let before = std::fs::read_to_string(dir.join("node2.key")).unwrap();
+    let out = Command::new(DP)
+        .args(["certs", "--dir", d, "--node", "node2"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && stderr.contains("node node2 already has a key"),
+        "{stderr}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.join("node2.key")).unwrap(),
+        before
+    );
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
@@ -464,4 +494,32 @@ fn an_impaired_port_drops_duplicates_and_corrupts_what_it_sends_and_says_how_muc
     );
     assert!(stderr.contains("impaired: dropped"), "{stderr}");
     assert_eq!(json["mbufs_in_use_after_close"], 0, "{json}");
+}
+
+#[test]
+fn a_tap_device_that_already_exists_is_refused_not_shared() {
+    // Another appliance's TAP device: joining it as more queues would let
+    // the kernel spread traffic over two unrelated hosts.
+    let iface = "ainfdp77";
+    let _ = sh(&format!("ip link del {iface}"));
+    assert!(sh(&format!("ip tuntap add dev {iface} mode tap"))
+        .status
+        .success());
+    let refused = std::panic::catch_unwind(|| {
+        assert_one_line_error(
+            &[
+                "--ip",
+                "10.77.0.2/24",
+                "--lcores",
+                "0",
+                "--tap-iface",
+                iface,
+                "--duration",
+                "1",
+            ],
+            &format!("{iface} already exists"),
+        )
+    });
+    let _ = sh(&format!("ip link del {iface}"));
+    refused.unwrap();
 }

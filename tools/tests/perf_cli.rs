@@ -188,3 +188,170 @@ fn unknown_steering_names_the_choices() {
         "{stderr}"
     );
 }
+
+/// Failed as clap fails a bad value (exit 2), naming `flag`, no panic.
+fn assert_bad_value(out: &Output, flag: &str) {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("invalid value") && stderr.contains(flag),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
+
+#[test]
+fn seconds_flags_refuse_what_a_duration_cannot_hold() {
+    for (flag, value) in [
+        ("--duration", "1e30"),
+        ("--duration", "-1"),
+        ("--stats-period", "NaN"),
+        ("--link-wait", "inf"),
+    ] {
+        let out = perf(&["macswap", "--vdev", "net_null0", flag, value]);
+        assert_bad_value(&out, flag);
+    }
+    let out = perf(&["quic-server", "--bind", "127.0.0.1:0", "--duration", "1e30"]);
+    assert_bad_value(&out, "--duration");
+}
+
+#[test]
+fn out_of_range_counts_and_sizes_are_refused_before_anything_runs() {
+    let too_small_payload = perf(&[
+        "quic-client",
+        "--target",
+        "127.0.0.1:9",
+        "--max-payload",
+        "10",
+    ]);
+    assert_bad_value(&too_small_payload, "--max-payload");
+    let too_many_conns = perf(&["tcp-client", "--target", "127.0.0.1:9", "--conns", "100000"]);
+    assert_bad_value(&too_many_conns, "--conns");
+    let no_rounds = perf(&["udp-pingpong", "--target", "127.0.0.1:9", "--count", "0"]);
+    assert_bad_value(&no_rounds, "--count");
+    let overflow = perf(&[
+        "allreduce",
+        "--local-ranks",
+        "2",
+        "-b",
+        "8",
+        "-e",
+        "99999999999G",
+    ]);
+    assert_bad_value(&overflow, "--maxbytes");
+    assert!(String::from_utf8_lossy(&overflow.stderr).contains("at most 1024G"));
+    // Parsable, but more than this machine has: refused up front rather
+    // than aborting a rank in the allocator.
+    let huge = perf(&[
+        "allreduce",
+        "--local-ranks",
+        "1",
+        "-b",
+        "1024G",
+        "-e",
+        "1024G",
+        "-n",
+        "1",
+    ]);
+    assert_one_line_error(&huge, "MiB are available");
+}
+
+#[test]
+fn a_quic_client_with_nobody_listening_fails_within_its_connect_timeout() {
+    // A socket that never answers: no ICMP either, so only the timeout
+    // can end the handshake.
+    let silent = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let target = silent.local_addr().unwrap().to_string();
+    let started = std::time::Instant::now();
+    let out = perf(&["quic-client", "--target", &target, "--connect-timeout", "1"]);
+    // The last line is the error (a line on the datagram size comes first).
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && !stderr.contains("panicked"),
+        "{stderr}"
+    );
+    let expected =
+        format!("ainftp-perf: quic client: no QUIC server answered at {target} within 1.0 s");
+    let last = stderr.lines().last().unwrap_or_default();
+    assert!(last.starts_with(&expected), "{stderr}");
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+#[test]
+fn udp_pingpong_against_a_silent_target_fails_instead_of_reporting_zero_latency() {
+    let silent = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let target = silent.local_addr().unwrap().to_string();
+    let out = perf(&[
+        "udp-pingpong",
+        "--target",
+        &target,
+        "--count",
+        "100",
+        "--warmup",
+        "0",
+    ]);
+    assert_one_line_error(&out, "no reply from");
+    assert!(
+        out.stdout.is_empty(),
+        "no JSON summary for a run that measured nothing"
+    );
+}
+
+#[test]
+fn a_closed_stderr_does_not_abort_the_run() {
+    // `2>&1 | head`: the reader goes away while stats are still printed.
+    let mut child = Command::new(PERF)
+        .args([
+            "macswap",
+            "--vdev",
+            "net_null0",
+            "--lcores",
+            "0",
+            "--duration",
+            "2",
+            "--stats-period",
+            "0.1",
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stderr.take());
+    let status = child.wait().unwrap();
+    assert!(status.success(), "{status:?}");
+}
+
+#[test]
+fn a_file_prefix_run_leaves_no_hugepage_files_or_runtime_dir() {
+    let prefix = format!("clitest{}", std::process::id());
+    let out = perf(&[
+        "macswap",
+        "--vdev",
+        "net_null0",
+        "--lcores",
+        "0",
+        "--duration",
+        "0.5",
+        "--",
+        "--file-prefix",
+        &prefix,
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let left: Vec<String> = std::fs::read_dir("/dev/hugepages")
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|name| name.starts_with(&prefix))
+        .collect();
+    assert!(left.is_empty(), "hugepage files left: {left:?}");
+    let runtime_dir = std::path::Path::new("/var/run/dpdk").join(&prefix);
+    assert!(!runtime_dir.exists(), "{} left", runtime_dir.display());
+}

@@ -486,7 +486,7 @@ impl<B: Backend> Mesh<B> {
                             });
                         }
                         None => {
-                            warn!(%peer, ?reason, "unidentified connection closed");
+                            warn!(%peer, %reason, "unidentified connection closed");
                         }
                     }
                 }

@@ -70,7 +70,8 @@ fn write_file(path: &Path, contents: &str, private: bool) -> Result<(), CertErro
     f.write_all(contents.as_bytes()).map_err(io_err(path))
 }
 
-fn valid_name(name: &str) -> bool {
+/// Whether `name` can be a node's file name and DNS name.
+pub fn valid_name(name: &str) -> bool {
     !name.is_empty()
         && name.len() <= 63
         && name

@@ -139,7 +139,12 @@ impl QuicConfig {
     }
 }
 
+/// The path as BoringSSL takes it, once it is known to exist: a missing
+/// file says so, rather than that it is not PEM.
 fn path_str(p: &std::path::Path) -> Result<&str, QuicError> {
+    if !p.is_file() {
+        return Err(QuicError::MissingFile(p.to_owned()));
+    }
     p.to_str()
         .ok_or_else(|| QuicError::Certificate(p.to_owned()))
 }

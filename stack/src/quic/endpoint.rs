@@ -65,6 +65,77 @@ pub enum CloseReason {
     Refused(&'static str),
 }
 
+impl CloseReason {
+    /// The TLS alert behind a CRYPTO_ERROR close (QUIC codes 0x100-0x1ff
+    /// carry one, RFC 9001 section 4.8), from either side.
+    pub fn tls_alert(&self) -> Option<u8> {
+        match self {
+            CloseReason::Local {
+                app: false, code, ..
+            }
+            | CloseReason::Peer {
+                app: false, code, ..
+            } if (0x100..=0x1ff).contains(code) => Some((code - 0x100) as u8),
+            _ => None,
+        }
+    }
+
+    /// Whether certificates are the likely cause: a TLS alert, or a peer
+    /// refused here for lack of cluster membership.
+    pub fn is_certificate_trouble(&self) -> bool {
+        self.tls_alert().is_some() || matches!(self, CloseReason::Refused(_))
+    }
+}
+
+/// Names of the TLS alerts a handshake between cluster nodes can end in.
+fn alert_name(alert: u8) -> &'static str {
+    match alert {
+        40 => "handshake_failure",
+        42 => "bad_certificate",
+        43 => "unsupported_certificate",
+        44 => "certificate_revoked",
+        45 => "certificate_expired",
+        46 => "certificate_unknown",
+        48 => "unknown_ca",
+        51 => "decrypt_error",
+        70 => "protocol_version",
+        80 => "internal_error",
+        116 => "certificate_required",
+        120 => "no_application_protocol",
+        _ => "other",
+    }
+}
+
+impl std::fmt::Display for CloseReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let detail = |f: &mut std::fmt::Formatter<'_>, app: bool, code: u64, reason: &[u8]| {
+            match (app, self.tls_alert()) {
+                (true, _) => write!(f, "application error {code}")?,
+                (false, Some(a)) => write!(f, "TLS alert {a} ({})", alert_name(a))?,
+                (false, None) => write!(f, "transport error {code:#x}")?,
+            }
+            if !reason.is_empty() {
+                write!(f, ": {}", String::from_utf8_lossy(reason))?;
+            }
+            Ok(())
+        };
+        match self {
+            CloseReason::Local { app, code, reason } => {
+                f.write_str("closed here with ")?;
+                detail(f, *app, *code, reason)
+            }
+            CloseReason::Peer { app, code, reason } => {
+                f.write_str("closed by the peer with ")?;
+                detail(f, *app, *code, reason)
+            }
+            CloseReason::IdleTimeout => {
+                f.write_str("no packet from the peer within the idle timeout")
+            }
+            CloseReason::Refused(why) => write!(f, "refused: {why}"),
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Event {
     Established {
@@ -534,8 +605,10 @@ impl<B: Datagram> Endpoint<B> {
         } else {
             CloseReason::IdleTimeout
         };
-        if !c.established {
-            warn!(peer = %c.peer, ?reason, "quic handshake failed (is the peer's certificate from the cluster CA?)");
+        if !c.established && reason.is_certificate_trouble() {
+            warn!(peer = %c.peer, %reason, "quic handshake failed (is the peer's certificate from the cluster CA?)");
+        } else if !c.established {
+            warn!(peer = %c.peer, %reason, "quic handshake failed");
         }
         self.stats.closed += 1;
         self.events.push_back(Event::Closed {
@@ -861,5 +934,46 @@ impl CidKey {
 
     fn as_slice(&self) -> &[u8] {
         &self.bytes[..self.len as usize]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::CloseReason;
+
+    #[test]
+    fn close_reasons_read_as_words_and_name_tls_alerts() {
+        let unknown_ca = CloseReason::Local {
+            app: false,
+            code: 0x100 + 48,
+            reason: Vec::new(),
+        };
+        assert_eq!(
+            unknown_ca.to_string(),
+            "closed here with TLS alert 48 (unknown_ca)"
+        );
+        assert!(unknown_ca.is_certificate_trouble());
+        let app = CloseReason::Peer {
+            app: true,
+            code: 304,
+            reason: b"bye".to_vec(),
+        };
+        // An application code in the CRYPTO_ERROR range is not an alert.
+        assert_eq!(
+            app.to_string(),
+            "closed by the peer with application error 304: bye"
+        );
+        assert!(!app.is_certificate_trouble());
+        let transport = CloseReason::Peer {
+            app: false,
+            code: 0x7,
+            reason: Vec::new(),
+        };
+        assert_eq!(
+            transport.to_string(),
+            "closed by the peer with transport error 0x7"
+        );
+        assert!(!CloseReason::IdleTimeout.is_certificate_trouble());
+        assert!(CloseReason::Refused("no client certificate").is_certificate_trouble());
     }
 }

@@ -28,6 +28,8 @@ pub enum QuicError {
     Protocol(#[from] quiche::Error),
     #[error("cannot load {0}: expected a PEM file (make one with `ainftp-dp certs`)")]
     Certificate(PathBuf),
+    #[error("{0} does not exist: make the cluster's files with `ainftp-dp certs`")]
+    MissingFile(PathBuf),
     #[error("a certificate and key are required (servers, and clients under a cluster CA): make them with `ainftp-dp certs`")]
     MissingIdentity,
     #[error("unknown congestion control {0:?}: use cubic, reno or bbr2")]

@@ -50,6 +50,17 @@ pub enum SteeringMode {
     Software,
 }
 
+impl std::fmt::Display for SteeringMode {
+    /// The name `FromStr` takes.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            SteeringMode::Auto => "auto",
+            SteeringMode::Rss => "rss",
+            SteeringMode::Software => "software",
+        })
+    }
+}
+
 impl std::str::FromStr for SteeringMode {
     type Err = String;
 

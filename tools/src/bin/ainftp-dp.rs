@@ -14,7 +14,7 @@ fn main() -> ExitCode {
     match dp::run(&args) {
         Ok(summary) => {
             if args.json {
-                println!(
+                tools::oline!(
                     "{}",
                     serde_json::to_string(&summary).expect("summary serialises")
                 );
@@ -22,7 +22,7 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(e) => {
-            eprintln!("ainftp-dp: {e}");
+            tools::eline!("ainftp-dp: {e}");
             ExitCode::FAILURE
         }
     }
@@ -34,12 +34,12 @@ fn certs() -> ExitCode {
     match dp::certs::run(&args) {
         Ok(lines) => {
             for l in lines {
-                println!("{l}");
+                tools::oline!("{l}");
             }
             ExitCode::SUCCESS
         }
         Err(e) => {
-            eprintln!("ainftp-dp certs: {e}");
+            tools::eline!("ainftp-dp certs: {e}");
             ExitCode::FAILURE
         }
     }

@@ -16,7 +16,7 @@ fn main() -> ExitCode {
         return match perf::coll::run(&args) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
-                eprintln!("ainftp-perf: {e}");
+                tools::eline!("ainftp-perf: {e}");
                 ExitCode::FAILURE
             }
         };
@@ -38,12 +38,12 @@ fn main() -> ExitCode {
     match result {
         Ok(summary) => {
             if args.json {
-                println!("{summary}");
+                tools::oline!("{summary}");
             }
             ExitCode::SUCCESS
         }
         Err(e) => {
-            eprintln!("ainftp-perf: {e}");
+            tools::eline!("ainftp-perf: {e}");
             ExitCode::FAILURE
         }
     }

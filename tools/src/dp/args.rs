@@ -24,7 +24,9 @@ ainftp-dp certs --dir /etc/ainftp --ca --node node0   # cluster CA and node cert
 )]
 pub struct DpArgs {
     /// TOML file with any of these options (keys as the long flags, with
-    /// underscores: ip = "10.0.0.2/24", udp_echo = [7], lcores = "2-7").
+    /// underscores: ip = "10.0.0.2/24", udp_echo = [7], lcores = "2-7";
+    /// but neighbours = [..] for --neighbour, checksum_offload = false for
+    /// --no-checksum-offload, eal = [..] for what follows --; not --json).
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
 
@@ -104,11 +106,11 @@ pub struct DpArgs {
     pub impair: Option<String>,
 
     /// Seconds between statistics lines; 0: only the final summary [default: 1].
-    #[arg(long, value_name = "SECS")]
+    #[arg(long, value_name = "SECS", allow_negative_numbers = true)]
     pub stats_period: Option<f64>,
 
     /// Stop after this many seconds; 0: run until SIGINT/SIGTERM [default: 0].
-    #[arg(long, value_name = "SECS")]
+    #[arg(long, value_name = "SECS", allow_negative_numbers = true)]
     pub duration: Option<f64>,
 
     /// Print the final summary as one JSON line on stdout.

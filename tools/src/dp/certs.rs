@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 
 use clap::Parser;
-use stack::quic::certs::{create_ca, issue_node, CertError};
+use stack::quic::certs::{create_ca, issue_node, valid_name, CertError};
 
 /// Create a cluster CA and node certificates (PEM files in --dir).
 #[derive(Debug, Parser)]
@@ -43,6 +43,8 @@ pub enum CertsError {
     CaExists(String),
     #[error("nothing to do: give --ca and/or --node NAME")]
     NothingToDo,
+    #[error("node {node} already has a key in {dir}: refusing to replace it; remove {node}.pem and {node}.key to issue it again")]
+    NodeExists { node: String, dir: String },
 }
 
 /// Run the subcommand; returns the lines to print.
@@ -50,11 +52,26 @@ pub fn run(args: &CertsArgs) -> Result<Vec<String>, CertsError> {
     if !args.ca && args.nodes.is_empty() {
         return Err(CertsError::NothingToDo);
     }
+    // Everything is checked before anything is written, so a refused run
+    // leaves the directory as it was.
+    if let Some(bad) = args.nodes.iter().find(|n| !valid_name(n)) {
+        return Err(CertError::BadName(bad.clone()).into());
+    }
+    if args.ca && args.dir.join("ca.key").exists() {
+        return Err(CertsError::CaExists(args.dir.display().to_string()));
+    }
+    if let Some(node) = args
+        .nodes
+        .iter()
+        .find(|n| args.dir.join(format!("{n}.key")).exists())
+    {
+        return Err(CertsError::NodeExists {
+            node: node.clone(),
+            dir: args.dir.display().to_string(),
+        });
+    }
     let mut said = Vec::new();
     if args.ca {
-        if args.dir.join("ca.key").exists() {
-            return Err(CertsError::CaExists(args.dir.display().to_string()));
-        }
         let files = create_ca(&args.dir, &args.cluster)?;
         said.push(format!(
             "CA: {} (key {})",

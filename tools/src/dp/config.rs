@@ -47,8 +47,14 @@ impl FileConfig {
     pub fn load(path: &Path) -> Result<FileConfig> {
         let text = std::fs::read_to_string(path)
             .map_err(|e| Error::Io(format!("reading config {}", path.display()), e))?;
-        toml::from_str(&text)
-            .map_err(|e| Error::Usage(format!("config {}: {}", path.display(), e.message())))
+        toml::from_str(&text).map_err(|e| {
+            // toml's own Display spans several lines; one line, with where.
+            let line = e
+                .span()
+                .map(|span| text[..span.start.min(text.len())].lines().count().max(1));
+            let at = line.map_or(String::new(), |l| format!(" line {l}"));
+            Error::Usage(format!("config {}{at}: {}", path.display(), e.message()))
+        })
     }
 }
 
@@ -64,6 +70,8 @@ pub struct Plan {
     pub stats_period: Option<Duration>,
     pub duration: Option<Duration>,
     pub eal: Vec<String>,
+    /// The TAP device created when no port is given: it must not exist yet.
+    pub default_tap: Option<String>,
 }
 
 pub fn plan(args: &DpArgs) -> Result<Plan> {
@@ -75,8 +83,13 @@ pub fn plan(args: &DpArgs) -> Result<Plan> {
         Some(list) => cpulist::parse_lcores_flag(list)?,
         None => crate::eal_setup::default_lcores()?,
     };
-    let pci = args.pci.clone().or(file.pci.clone());
-    let vdev = args.vdev.clone().or(file.vdev.clone());
+    // The port is one choice: a --pci or --vdev flag replaces whichever
+    // of the two the file names.
+    let (pci, vdev) = if args.pci.is_some() || args.vdev.is_some() {
+        (args.pci.clone(), args.vdev.clone())
+    } else {
+        (file.pci.clone(), file.vdev.clone())
+    };
     if pci.is_some() && vdev.is_some() {
         return Err(Error::Usage(
             "give either --pci or --vdev, not both (one port per ainftp-dp)".into(),
@@ -92,6 +105,7 @@ pub fn plan(args: &DpArgs) -> Result<Plan> {
         (_, Some(v)) => v.clone(),
         _ => format!("net_tap0,iface={tap}"),
     };
+    let default_tap = (pci.is_none() && vdev.is_none()).then_some(tap);
     let ip_text = args.ip.as_ref().or(file.ip.as_ref()).ok_or_else(|| {
         Error::Usage("--ip is required: our address and prefix, e.g. --ip 10.0.0.2/24".into())
     })?;
@@ -176,6 +190,7 @@ pub fn plan(args: &DpArgs) -> Result<Plan> {
         stats_period,
         duration,
         eal,
+        default_tap,
     })
 }
 
@@ -198,9 +213,11 @@ fn default_idle(lcores: &[u32], isolated: &str) -> IdlePolicy {
 }
 
 fn seconds(flag: &str, s: f64) -> Result<Option<Duration>> {
-    if !s.is_finite() || s < 0.0 {
+    // The bound keeps `Duration` and `Instant` arithmetic from panicking.
+    if !(0.0..=crate::seconds::MAX_SECONDS).contains(&s) {
         return Err(Error::Usage(format!(
-            "{flag} {s} must be a number of seconds >= 0"
+            "{flag} {s}: expected seconds from 0 to {} (a year)",
+            crate::seconds::MAX_SECONDS
         )));
     }
     Ok((s > 0.0).then(|| Duration::from_secs_f64(s)))
@@ -289,6 +306,21 @@ mod tests {
         std::fs::write(&file, "ip = \"10.1.0.2/16\"\nbogus = 1\n").unwrap();
         let e = plan(&args(&["--config", file.to_str().unwrap()])).unwrap_err();
         assert!(e.to_string().contains("bogus"), "{e}");
+        // A wrong type says on which line.
+        std::fs::write(&file, "ip = \"10.1.0.2/16\"\nudp_echo = 7\n").unwrap();
+        let e = plan(&args(&["--config", file.to_str().unwrap()])).unwrap_err();
+        assert!(e.to_string().contains("line 2: invalid type"), "{e}");
+        // The port is one choice: a --vdev flag replaces the file's --pci.
+        std::fs::write(&file, "ip = \"10.1.0.2/16\"\npci = \"0000:3b:00.0\"\n").unwrap();
+        let p = plan(&args(&[
+            "--config",
+            file.to_str().unwrap(),
+            "--vdev",
+            "net_null0",
+        ]))
+        .unwrap();
+        assert_eq!(p.runtime.device, "net_null0");
+        assert!(p.pci.is_empty() && p.default_tap.is_none());
     }
 
     #[test]
@@ -362,6 +394,21 @@ mod tests {
             (
                 vec!["--ip", "10.0.0.2/24", "--lcores", "0", "--duration=-1"],
                 "--duration",
+            ),
+            (
+                vec!["--ip", "10.0.0.2/24", "--lcores", "0", "--duration", "1e30"],
+                "--duration",
+            ),
+            (
+                vec![
+                    "--ip",
+                    "10.0.0.2/24",
+                    "--lcores",
+                    "0",
+                    "--stats-period",
+                    "NaN",
+                ],
+                "--stats-period",
             ),
         ] {
             let e = plan(&args(&flags)).unwrap_err().to_string();

@@ -19,6 +19,15 @@ pub use report::Summary;
 
 pub fn run(args: &args::DpArgs) -> Result<Summary> {
     let mut plan = config::plan(args)?;
+    if let Some(tap) = &plan.default_tap {
+        // net_tap would join an existing TAP device as more queues, and
+        // the kernel would then spread traffic over two appliances.
+        if std::path::Path::new("/sys/class/net").join(tap).exists() {
+            return Err(Error::Usage(format!(
+                "{tap} already exists (another ainftp-dp?): name another TAP device with --tap-iface"
+            )));
+        }
+    }
     let eal = eal_setup::init(&EalOptions {
         lcores: &plan.lcores,
         pci: &plan.pci,
@@ -42,8 +51,8 @@ pub fn run(args: &args::DpArgs) -> Result<Summary> {
     let port = runtime.port();
     let host = runtime.host();
     let lcores = runtime.lcores();
-    eprintln!(
-        "ainftp-dp: port {} ({}) mac {} ip {}/{} lcores {:?} steering {:?} mtu {}; udp echo on {:?}",
+    crate::eline!(
+        "ainftp-dp: port {} ({}) mac {} ip {}/{} lcores {:?} steering {} mtu {}; udp echo on {:?}",
         port.name(),
         port.info().driver,
         host.mac,

@@ -33,7 +33,7 @@ pub fn watch(
                 let secs = (now - last_at).as_secs_f64();
                 for (i, c) in counters.iter().enumerate() {
                     let cur = c.snapshot();
-                    eprintln!("{}", rate_line(lcores[i], &cur, &last[i], secs));
+                    crate::eline!("{}", rate_line(lcores[i], &cur, &last[i], secs));
                     last[i] = cur;
                 }
                 last_at = now;
@@ -147,23 +147,26 @@ impl Summary {
 
     /// The testpmd-style closing block, on stderr (stdout is for --json).
     pub fn print(&self) {
-        eprintln!(
+        crate::eline!(
             "---------------------- ainftp-dp summary ({:.1} s) ----------------------",
             self.seconds
         );
         for l in &self.lcores {
-            eprintln!(
+            crate::eline!(
                 "  lcore {:>3}: rx {:>12} tx {:>12} udp in/out {}/{} steered {} arp replies {} icmp echo replies {} drops {:?}",
                 l.lcore, l.rx_packets, l.tx_packets, l.udp_in, l.udp_out, l.steered, l.arp_replies, l.icmp_echo_replies, l.drops
             );
             if let Some(i) = &l.impaired {
-                eprintln!(
+                crate::eline!(
                     "             impaired: dropped {} duplicated {} reordered {} corrupted {}",
-                    i.dropped, i.duplicated, i.reordered, i.corrupted
+                    i.dropped,
+                    i.duplicated,
+                    i.reordered,
+                    i.corrupted
                 );
             }
         }
-        eprintln!(
+        crate::eline!(
             "  total: rx {} ({:.0} pps) tx {} ({:.0} pps); port rx {} tx {} missed {}; mbufs still out after close: {}",
             self.rx_packets, self.rx_pps, self.tx_packets, self.tx_pps, self.port_rx_packets,
             self.port_tx_packets, self.port_rx_missed, self.mbufs_in_use_after_close

@@ -1,5 +1,6 @@
 //! ainftp-perf's command line.
 
+use clap::builder::TypedValueParser;
 use clap::{Parser, ValueEnum};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -125,6 +126,16 @@ pub enum Transport {
     Dpdk,
 }
 
+impl Transport {
+    /// The flag value that selects it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Transport::Udp => "udp",
+            Transport::Dpdk => "dpdk",
+        }
+    }
+}
+
 /// What quic-client measures.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum QuicTest {
@@ -202,12 +213,13 @@ pub struct PerfArgs {
     #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u16).range(60..=2048))]
     pub pkt_size: u16,
 
-    /// Seconds to run (0: until Ctrl-C).
-    #[arg(long, default_value_t = 10.0)]
+    /// Seconds to run: packet modes and servers (0: until Ctrl-C). Clients
+    /// end when their --count or --bytes is done.
+    #[arg(long, default_value_t = 10.0, value_parser = crate::seconds::parse, allow_negative_numbers = true)]
     pub duration: f64,
 
     /// Seconds between statistics prints (0: only the summary).
-    #[arg(long, default_value_t = 1.0)]
+    #[arg(long, default_value_t = 1.0, value_parser = crate::seconds::parse, allow_negative_numbers = true)]
     pub stats_period: f64,
 
     /// Idle behaviour of the forwarding loops.
@@ -243,7 +255,7 @@ pub struct PerfArgs {
     pub tx_first: bool,
 
     /// Seconds to wait for every port's link to come up before forwarding.
-    #[arg(long, default_value_t = 10.0)]
+    #[arg(long, default_value_t = 10.0, value_parser = crate::seconds::parse, allow_negative_numbers = true)]
     pub link_wait: f64,
 
     /// udp-echo: address and port to serve on, e.g. 10.0.0.1:7.
@@ -254,8 +266,9 @@ pub struct PerfArgs {
     #[arg(long, value_name = "ADDR:PORT")]
     pub target: Option<String>,
 
-    /// udp-pingpong: round trips to measure (after --warmup ones).
-    #[arg(long, default_value_t = 100_000)]
+    /// udp-pingpong, quic-client --test rr: round trips to measure (after
+    /// --warmup ones).
+    #[arg(long, default_value_t = 100_000, value_parser = clap::value_parser!(u64).range(1..))]
     pub count: u64,
 
     /// udp-pingpong: round trips before measuring.
@@ -282,16 +295,21 @@ pub struct PerfArgs {
     pub test: QuicTest,
 
     /// quic-client, tcp-client: connections (bulk).
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=MAX_CONNS as u64).map(|n| n as usize))]
     pub conns: usize,
 
+    /// quic-client: seconds a handshake may take before the run fails
+    /// (nobody listening, a wrong address, a dropped path); 0: no limit.
+    #[arg(long, value_name = "SECS", default_value_t = 5.0, value_parser = crate::seconds::parse)]
+    pub connect_timeout: f64,
+
     /// quic-client: streams per connection (bulk).
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=1024).map(|n| n as usize))]
     pub streams: usize,
 
     /// quic-client, tcp-client: bytes to upload per stream (per connection for
     /// TCP); gpu: bytes per copy (and f32 bytes through the codec).
-    #[arg(long, default_value_t = 100_000_000)]
+    #[arg(long, default_value_t = 100_000_000, value_parser = clap::value_parser!(u64).range(1..))]
     pub bytes: u64,
 
     /// quic-*: cluster certificates (ainftp-dp certs: nodes `server` and
@@ -305,7 +323,8 @@ pub struct PerfArgs {
     /// UDP the client takes the MTU of its route to --target - 28, at most
     /// 32 KiB, and the server accepts up to 32 KiB and sends what each
     /// client says it takes. Given: that size, capped by the device's.
-    #[arg(long)]
+    /// QUIC needs datagrams of at least 1200 bytes.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1200..=65507))]
     pub max_payload: Option<u32>,
 
     /// --transport dpdk: the port's MTU (jumbo frames, e.g. 9000, where the
@@ -417,7 +436,7 @@ pub struct PerfArgs {
 
     /// Collectives: seconds a peer may stay silent in a collective before
     /// it fails with an error naming that peer.
-    #[arg(long, default_value_t = 30.0)]
+    #[arg(long, default_value_t = 30.0, value_parser = crate::seconds::parse, allow_negative_numbers = true)]
     pub timeout: f64,
 
     /// Fault injection (tests): this rank exits right after connecting,
@@ -435,6 +454,14 @@ pub struct PerfArgs {
     pub eal_args: Vec<String>,
 }
 
+/// Most `--conns`: tcp-client runs a thread per connection, and the QUIC
+/// client's connection table is sized for far fewer.
+pub const MAX_CONNS: usize = 1024;
+
+/// The largest size `parse_bytes` takes (1 TiB); whether the buffers fit
+/// this machine is checked when a run starts.
+pub const MAX_BYTES: u64 = 1 << 40;
+
 /// `8`, `64K`, `128M`, `1G` (powers of 1024).
 pub fn parse_bytes(s: &str) -> Result<u64, String> {
     let t = s.trim();
@@ -447,9 +474,14 @@ pub fn parse_bytes(s: &str) -> Result<u64, String> {
     let n: u64 = num
         .parse()
         .map_err(|_| format!("'{s}' is not a size (e.g. 8, 64K, 128M, 1G)"))?;
-    n.checked_mul(mul)
-        .filter(|&b| b >= 4)
-        .ok_or_else(|| format!("'{s}': sizes must be at least 4 bytes (one f32)"))
+    let bytes = n
+        .checked_mul(mul)
+        .filter(|&b| b <= MAX_BYTES)
+        .ok_or_else(|| format!("'{s}': sizes are at most 1024G"))?;
+    if bytes < 4 {
+        return Err(format!("'{s}': sizes must be at least 4 bytes (one f32)"));
+    }
+    Ok(bytes)
 }
 
 fn parse_steering(s: &str) -> Result<stack::runtime::SteeringMode, String> {

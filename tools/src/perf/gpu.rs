@@ -29,10 +29,13 @@ pub fn run(args: &PerfArgs) -> Result<serde_json::Value> {
     let copies = copy_rates(&gpu, bytes, iters).map_err(err)?;
     let codec = codec_rate(&gpu, bytes / 4, iters).map_err(err)?;
 
-    println!("# ainftp-perf gpu on {name}: {bytes} bytes, {iters} iterations, CUDA events");
-    println!(
+    crate::oline!("# ainftp-perf gpu on {name}: {bytes} bytes, {iters} iterations, CUDA events");
+    crate::oline!(
         "# {:>9} {:>5} {:>10} {:>16}",
-        "source", "dir", "GB/s", "vs pinned"
+        "source",
+        "dir",
+        "GB/s",
+        "vs pinned"
     );
     let pinned = |dir: &str| {
         copies
@@ -41,7 +44,7 @@ pub fn run(args: &PerfArgs) -> Result<serde_json::Value> {
             .map_or(f64::NAN, |c| c.gb_per_s)
     };
     for c in &copies {
-        println!(
+        crate::oline!(
             "  {:>9} {:>5} {:>10.2} {:>15.2}x",
             c.source,
             c.direction,
@@ -49,7 +52,7 @@ pub fn run(args: &PerfArgs) -> Result<serde_json::Value> {
             c.gb_per_s / pinned(c.direction)
         );
     }
-    println!(
+    crate::oline!(
         "# codec on {} f32: quantize {:.1} GB/s, accumulate {:.1} GB/s, both {:.1} GB/s; device copy {:.1} GB/s; ratio {:.2}",
         codec.elements,
         codec.quantize_gb_per_s,

@@ -62,10 +62,7 @@ pub fn run(args: &PerfArgs) -> Result<Summary> {
         .map(|d| Port::open(&eal, d, &cfg, &pool))
         .collect::<std::result::Result<Vec<_>, _>>()?;
 
-    wait_for_links(
-        &ports,
-        Duration::from_secs_f64(args.link_wait.clamp(0.0, 3600.0)),
-    );
+    wait_for_links(&ports, Duration::from_secs_f64(args.link_wait));
     let drops: DropCounters = Arc::new(
         (0..ports.len())
             .map(|_| CachePadded::new(AtomicU64::new(0)))
@@ -136,18 +133,6 @@ fn validate(args: &PerfArgs) -> Result<()> {
         return Err(Error::Usage(
             "no port given: add --vdev net_null0 (virtual) or --pci 0000:3b:00.0 (a NIC bound to vfio-pci)".into(),
         ));
-    }
-    if !(args.duration >= 0.0 && args.duration.is_finite()) {
-        return Err(Error::Usage(format!(
-            "--duration {} must be 0 (until Ctrl-C) or more",
-            args.duration
-        )));
-    }
-    if !(args.stats_period >= 0.0 && args.stats_period.is_finite()) {
-        return Err(Error::Usage(format!(
-            "--stats-period {} must be 0 (off) or more",
-            args.stats_period
-        )));
     }
     if let Some(m) = &args.eth_peer {
         packet::parse_mac(m)?;
@@ -237,7 +222,7 @@ fn print_banner(
     workers: &[u32],
     main: u32,
 ) {
-    println!(
+    crate::oline!(
         "{} packet forwarding - ports={} - cores={} - streams={} - burst={} - {}",
         args.mode.name(),
         ports.len(),
@@ -248,7 +233,7 @@ fn print_banner(
     );
     for (i, p) in ports.iter().enumerate() {
         let f = p.features();
-        println!(
+        crate::oline!(
             "  port {i}: {} ({}) mac {} rxq={} txq={} rss={} link={}",
             p.name(),
             p.info().driver,
@@ -277,7 +262,7 @@ fn print_banner(
                     .join(" -> ")
             })
             .collect();
-        println!("  lcore {lc} streams: {}", desc.join(", "));
+        crate::oline!("  lcore {lc} streams: {}", desc.join(", "));
     }
 }
 

@@ -9,7 +9,7 @@ use std::net::{Ipv4Addr, SocketAddrV4};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
 use serde_json::json;
@@ -222,7 +222,7 @@ where
             };
             let mut io = KernelUdp::bind(bind, udp)
                 .map_err(|e| Error::Usage(format!("bind {bind}: {e}")))?;
-            eprintln!("ainftp-perf: UDP payloads up to {} B", io.max_payload());
+            crate::eline!("ainftp-perf: UDP payloads up to {} B", io.max_payload());
             let service = make(&LcoreSlot {
                 index: 0,
                 lcores: 1,
@@ -244,10 +244,17 @@ where
             let (_eal, rt, _arena) = dpdk_runtime(args)?;
             let ip = rt.host().ip;
             let max_payload = rt.max_payload();
-            eprintln!(
+            crate::eline!(
                 "ainftp-perf: port MTU {}, UDP payloads up to {max_payload} B",
                 rt.port().features().mtu
             );
+            if let Some(l) = local.filter(|l| !l.ip().is_unspecified() && *l.ip() != ip) {
+                return Err(Error::Usage(format!(
+                    "--bind {l}: our DPDK stack's address is {ip} (--ip); bind {ip}:{} or 0.0.0.0:{}",
+                    l.port(),
+                    l.port()
+                )));
+            }
             let local = SocketAddrV4::new(ip, local.map_or(40_000, |l| l.port()));
             let lcores = rt.lcores().len();
             let services = (0..lcores)
@@ -281,11 +288,15 @@ pub fn server(args: &PerfArgs) -> Result<serde_json::Value> {
     // Fail on a bad config here, with a clear line, not in the lcore.
     Endpoint::<stack::io::heap::HeapDatagram>::server(cfg.clone(), 0, 1472).map_err(quic_err)?;
     let stop = stop_flag(args.duration)?;
-    eprintln!(
-        "ainftp-perf: quic server on {bind} ({:?}), ALPN ainftp-perf/1",
-        args.transport
-    );
-    let served = run_endpoint(args, cfg, true, Some(bind), None, stop, |_| {
+    let served = run_endpoint(args, cfg, true, Some(bind), None, stop, |slot| {
+        // Once bound, so that port 0 shows the port the kernel chose.
+        if slot.index == 0 {
+            crate::eline!(
+                "ainftp-perf: quic server on {} ({}), ALPN ainftp-perf/1",
+                slot.local,
+                args.transport.name()
+            );
+        }
         Ok(PerfServer::new())
     })?;
     let closed: usize = served.iter().map(|s| s.closed.len()).sum();
@@ -304,6 +315,8 @@ struct Client {
     count: u64,
     warmup: u64,
     handles: Vec<(ConnHandle, Instant)>,
+    /// How long a handshake may take before the run fails (zero: no limit).
+    connect_timeout: Duration,
     handshake: Histogram<u64>,
     established_at: Option<Instant>,
     jobs: Vec<(ConnHandle, ClientStream)>,
@@ -346,13 +359,24 @@ impl<B: Datagram> QuicService<B> for Client {
                     }
                 }
                 Event::Closed { reason, .. } if self.finished_at.is_none() => {
-                    return self.fail(format!("connection closed early: {reason:?}"));
+                    return self.fail(format!(
+                        "connection to {} closed early: {reason}",
+                        self.target
+                    ));
                 }
                 Event::Closed { .. } => {}
             }
         }
         if self.established_at.is_none() {
-            if !self.handles.iter().all(|(h, _)| ep.is_established(*h)) {
+            let waiting = self.handles.iter().find(|(h, _)| !ep.is_established(*h));
+            if let Some((_, t0)) = waiting {
+                if !self.connect_timeout.is_zero() && t0.elapsed() > self.connect_timeout {
+                    return self.fail(format!(
+                        "no QUIC server answered at {} within {:.1} s (--connect-timeout)",
+                        self.target,
+                        self.connect_timeout.as_secs_f64()
+                    ));
+                }
                 return;
             }
             self.established_at = Some(Instant::now());
@@ -486,11 +510,6 @@ fn connection_locals(
 /// Bulk goodput or request/response latency against `--target`.
 pub fn client(args: &PerfArgs) -> Result<serde_json::Value> {
     let target = addr("--target", &args.target)?;
-    if args.conns == 0 || args.streams == 0 {
-        return Err(Error::Usage(
-            "--conns and --streams must be at least 1".into(),
-        ));
-    }
     let (cfg, _certs) = quic_config(args, "client")?;
     Endpoint::<stack::io::heap::HeapDatagram>::client(cfg.clone(), 0, 1472).map_err(quic_err)?;
     let stop = stop_flag(0.0)?;
@@ -514,6 +533,7 @@ pub fn client(args: &PerfArgs) -> Result<serde_json::Value> {
             count,
             warmup,
             handles: Vec::new(),
+            connect_timeout: Duration::from_secs_f64(args.connect_timeout),
             handshake: Histogram::new(3).expect("histogram"),
             established_at: None,
             jobs: Vec::new(),
@@ -569,7 +589,7 @@ pub fn client(args: &PerfArgs) -> Result<serde_json::Value> {
         .map(|p| p.rtt.as_secs_f64() * 1e6)
         .fold(0.0, f64::max);
     let lcores = clients.len();
-    let transport = format!("{:?}", transport).to_lowercase();
+    let transport = transport.name();
     let hs_us = handshake.value_at_quantile(0.5);
     match args.test {
         QuicTest::Bulk => {
@@ -598,7 +618,7 @@ pub fn client(args: &PerfArgs) -> Result<serde_json::Value> {
             let (lo, hi) = gbps_by_conn
                 .iter()
                 .fold((f64::MAX, 0f64), |(lo, hi), &g| (lo.min(g), hi.max(g)));
-            println!(
+            crate::oline!(
                 "quic bulk over {transport}: {total} bytes in {secs:.3} s = {gbps:.3} Gbit/s \
                  ({conns} conns x {streams} streams on {lcores} lcore(s), per conn {lo:.3} to {hi:.3} Gbit/s); \
                  handshake p50 {hs_us} us; {lost} of {sent} packets lost, rtt {rtt_us:.0} us"
@@ -614,7 +634,7 @@ pub fn client(args: &PerfArgs) -> Result<serde_json::Value> {
         }
         QuicTest::Rr => {
             let q = |p: f64| latency.value_at_quantile(p) as f64 / 1000.0;
-            println!(
+            crate::oline!(
                 "quic rr over {transport}: {} requests of {size} B, p50 {:.1} us p99 {:.1} us p999 {:.1} us; handshake {hs_us} us",
                 latency.len(),
                 q(0.5),

@@ -64,41 +64,48 @@ pub fn rates(name: &str, from: &Snapshot, to: &Snapshot) -> PortReport {
 pub fn print_period(id: usize, total: &Snapshot, since_start: &Snapshot, rate: &PortReport) {
     let s = total.stats.saturating_sub(&since_start.stats);
     let bar = "#".repeat(24);
-    println!("\n  {bar} NIC statistics for port {id:<2} {bar}");
-    println!(
+    crate::oline!("\n  {bar} NIC statistics for port {id:<2} {bar}");
+    crate::oline!(
         "  RX-packets: {:<10} RX-missed: {:<10} RX-bytes:  {}",
-        s.rx_packets, s.rx_missed, s.rx_bytes
+        s.rx_packets,
+        s.rx_missed,
+        s.rx_bytes
     );
-    println!("  RX-errors: {}", s.rx_errors);
-    println!("  RX-nombuf:  {:<10}", s.rx_nombuf);
-    println!(
+    crate::oline!("  RX-errors: {}", s.rx_errors);
+    crate::oline!("  RX-nombuf:  {:<10}", s.rx_nombuf);
+    crate::oline!(
         "  TX-packets: {:<10} TX-errors: {:<10} TX-bytes:  {}",
-        s.tx_packets, s.tx_errors, s.tx_bytes
+        s.tx_packets,
+        s.tx_errors,
+        s.tx_bytes
     );
-    println!("\n  Throughput (since last show)");
-    println!(
+    crate::oline!("\n  Throughput (since last show)");
+    crate::oline!(
         "  Rx-pps: {:>12.0}          Rx-bps: {:>12.0}",
-        rate.rx_pps, rate.rx_bps
+        rate.rx_pps,
+        rate.rx_bps
     );
-    println!(
+    crate::oline!(
         "  Tx-pps: {:>12.0}          Tx-bps: {:>12.0}",
-        rate.tx_pps, rate.tx_bps
+        rate.tx_pps,
+        rate.tx_bps
     );
-    println!("  {}", "#".repeat(76));
+    crate::oline!("  {}", "#".repeat(76));
 }
 
 pub fn print_summary(sum: &Summary) {
-    println!(
+    crate::oline!(
         "\n  ---------------------- {} summary over {:.2} s ----------------------",
-        sum.mode, sum.duration_s
+        sum.mode,
+        sum.duration_s
     );
     for (i, p) in sum.ports.iter().enumerate() {
-        println!(
+        crate::oline!(
             "  port {i} ({}): Rx-pps {:>12.0}  Tx-pps {:>12.0}  Rx-bps {:>14.0}  Tx-bps {:>14.0}  RX-missed {}  TX-dropped {}",
             p.port, p.rx_pps, p.tx_pps, p.rx_bps, p.tx_bps, p.rx_missed, p.tx_dropped
         );
     }
-    println!(
+    crate::oline!(
         "  total: Rx-pps {:.0} ({:.2} Mpps)  Tx-pps {:.0} ({:.2} Mpps)",
         sum.total_rx_pps,
         sum.total_rx_pps / 1e6,

@@ -19,7 +19,7 @@ const CHUNK: usize = 256 * 1024;
 pub fn server(args: &PerfArgs) -> Result<serde_json::Value> {
     let bind = addr("--bind", &args.bind)?;
     let listener = TcpListener::bind(bind).map_err(|e| Error::Io(format!("bind {bind}"), e))?;
-    eprintln!("ainftp-perf: tcp server on {bind}");
+    crate::eline!("ainftp-perf: tcp server on {bind}");
     // A signal handler, not the default action: shells start background
     // jobs with SIGINT ignored.
     let stop = stop_flag(args.duration)?;
@@ -59,7 +59,7 @@ fn serve(mut s: TcpStream) {
 /// Upload `--bytes` on each of `--conns` connections in parallel.
 pub fn client(args: &PerfArgs) -> Result<serde_json::Value> {
     let target = addr("--target", &args.target)?;
-    let (bytes, conns) = (args.bytes, args.conns.max(1));
+    let (bytes, conns) = (args.bytes, args.conns);
     let t0 = Instant::now();
     let workers: Vec<_> = (0..conns)
         .map(|_| {
@@ -95,6 +95,6 @@ pub fn client(args: &PerfArgs) -> Result<serde_json::Value> {
     }
     let secs = t0.elapsed().as_secs_f64();
     let gbps = total as f64 * 8.0 / secs / 1e9;
-    println!("tcp bulk: {total} bytes in {secs:.3} s = {gbps:.3} Gbit/s ({conns} conns)");
+    crate::oline!("tcp bulk: {total} bytes in {secs:.3} s = {gbps:.3} Gbit/s ({conns} conns)");
     Ok(json!({"mode": "tcp-client", "bytes": total, "seconds": secs, "gbps": gbps, "conns": conns}))
 }

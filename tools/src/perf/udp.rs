@@ -51,7 +51,7 @@ pub fn echo(args: &PerfArgs) -> Result<serde_json::Value> {
     let mut services = Services::new();
     services.listen(io.local_addr().port(), Box::new(Echo));
     let idle = args.idle.into();
-    eprintln!(
+    crate::eline!(
         "ainftp-perf: udp echo on {} (kernel sockets)",
         io.local_addr()
     );
@@ -61,6 +61,10 @@ pub fn echo(args: &PerfArgs) -> Result<serde_json::Value> {
         "rx": c.rx_packets, "tx": c.tx_packets, "drops": c.total_drops(),
     }))
 }
+
+/// Consecutive probes without a reply (1 s each) after which the target
+/// is taken to be dead rather than lossy.
+const LOST_IN_A_ROW: u32 = 5;
 
 /// Round trips to `--target`, one at a time, spinning on a non-blocking
 /// socket (no wake-up latency in the measurement).
@@ -74,9 +78,14 @@ pub fn pingpong(args: &PerfArgs) -> Result<serde_json::Value> {
     let mut hist = Histogram::<u64>::new_with_bounds(1, 10_000_000_000, 3).expect("valid bounds");
     let mut payload = vec![0u8; args.size as usize];
     let mut buf = vec![0u8; 2048];
-    let (mut lost, mut stray) = (0u64, 0u64);
+    let (mut lost, mut stray, mut lost_in_a_row) = (0u64, 0u64, 0u32);
     let total = args.warmup + args.count;
     for seq in 0..total {
+        if lost_in_a_row == LOST_IN_A_ROW {
+            return Err(Error::Usage(format!(
+                "udp-pingpong: no reply from {target} to {LOST_IN_A_ROW} probes in a row (is an echo service running there?)"
+            )));
+        }
         if stop.load(Ordering::Relaxed) {
             break;
         }
@@ -92,12 +101,14 @@ pub fn pingpong(args: &PerfArgs) -> Result<serde_json::Value> {
                     if seq >= args.warmup {
                         hist.saturating_record(sent_at.elapsed().as_nanos() as u64);
                     }
+                    lost_in_a_row = 0;
                     break;
                 }
                 Ok(_) => stray += 1,
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
                     if Instant::now() > deadline {
                         lost += 1;
+                        lost_in_a_row += 1;
                         break;
                     }
                     std::hint::spin_loop();
@@ -106,8 +117,13 @@ pub fn pingpong(args: &PerfArgs) -> Result<serde_json::Value> {
             }
         }
     }
+    if hist.is_empty() {
+        return Err(Error::Usage(format!(
+            "udp-pingpong: no round trip to {target} measured ({lost} lost)"
+        )));
+    }
     let us = |q: f64| hist.value_at_quantile(q) as f64 / 1000.0;
-    eprintln!(
+    crate::eline!(
         "ainftp-perf: {} round trips of {} B to {target}: p50 {:.1} us  p99 {:.1} us  p999 {:.1} us  max {:.1} us  lost {lost}",
         hist.len(), args.size, us(0.5), us(0.99), us(0.999), hist.max() as f64 / 1000.0
     );

@@ -90,7 +90,7 @@ impl VirtualNet {
         // the host's rules (a read-only /proc/sys, a kernel older than
         // 5.3 where these settings are not per namespace).
         if let Err(e) = ip(&["netns", "exec", &net.netns, "sh", "-c", NETNS_SETTINGS]) {
-            eprintln!(
+            crate::eline!(
                 "ainftp-perf: warning: the ranks' bridge keeps the host's netfilter hooks: {e}"
             );
         }
