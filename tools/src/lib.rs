@@ -49,8 +49,11 @@ macro_rules! oline {
 pub fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    use std::io::IsTerminal;
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        // Colour codes only where a terminal shows them, not in log files.
+        .with_ansi(std::io::stderr().is_terminal())
         .try_init();
 }

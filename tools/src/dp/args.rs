@@ -15,12 +15,16 @@ use clap::Parser;
 #[command(
     name = "ainftp-dp",
     version,
+    // Examples are kept under 80 columns: clap would wrap longer lines
+    // mid-command, and copied, they would break.
     after_help = "Examples:\n  \
-ainftp-dp --ip 10.0.0.2/24 --udp-echo 7        # TAP device dtap0; then: ip addr add 10.0.0.1/24 dev dtap0; ip link set dtap0 up; ping 10.0.0.2\n  \
+ainftp-dp --ip 10.0.0.2/24 --udp-echo 7   # on a new TAP device, dtap0; then:\n  \
+ip addr add 10.0.0.1/24 dev dtap0; ip link set dtap0 up; ping 10.0.0.2\n  \
 ainftp-dp --lcores 2-7 --pci 0000:3b:00.0 --ip 10.0.0.2/24 --gateway 10.0.0.1\n  \
-ainftp-dp --vdev net_af_xdp0,iface=veth1 --ip 10.9.0.2/24 --udp-echo 9000 --stats-period 5\n  \
-ainftp-dp --config node.toml --duration 60\n  \
-ainftp-dp certs --dir /etc/ainftp --ca --node node0   # cluster CA and node certificates (ainftp-dp certs --help)"
+ainftp-dp --vdev net_af_xdp0,iface=veth1 --ip 10.9.0.2/24 --udp-echo 9000\n  \
+ainftp-dp --config node.toml --duration 60\n\n\
+Subcommand:\n  \
+ainftp-dp certs --dir /etc/ainftp --ca --node node0   # see certs --help"
 )]
 pub struct DpArgs {
     /// TOML file with any of these options (keys as the long flags, with

@@ -11,6 +11,7 @@ use stack::quic::certs::{create_ca, issue_node, valid_name, CertError};
 #[derive(Debug, Parser)]
 #[command(
     name = "ainftp-dp certs",
+    bin_name = "ainftp-dp certs",
     after_help = "Examples:\n  \
 ainftp-dp certs --dir /etc/ainftp --ca --node node0 --node node1   # new cluster, two nodes\n  \
 ainftp-dp certs --dir /etc/ainftp --node node2                     # one more node, same CA\n\n\

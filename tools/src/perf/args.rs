@@ -162,25 +162,37 @@ impl From<IdlePolicy> for stack::runtime::IdlePolicy {
     }
 }
 
-/// Packet forwarding in the style of dpdk-testpmd, on DPDK ports.
+/// ainftp's perf tool: testpmd-style packet forwarding on DPDK ports
+/// (io, macswap, rxonly, txonly), UDP echo and ping-pong latency, QUIC and
+/// TCP goodput and latency, and nccl-tests-style collectives (allreduce,
+/// reduce-scatter, allgather, broadcast) to compare with Gloo.
 ///
-/// Ports are paired 0<->1, 2<->3 (an odd last port forwards to itself).
-/// The first lcore prints statistics; the others forward (a single lcore
-/// does both). Extra EAL arguments go after `--`.
+/// Packet modes: ports are paired 0<->1, 2<->3 (an odd last port forwards
+/// to itself); the first lcore prints statistics, the others forward (a
+/// single lcore does both). Extra EAL arguments go after `--`.
 #[derive(Debug, Parser)]
 #[command(
     name = "ainftp-perf",
     version,
+    // Examples are kept under 80 columns: clap would wrap longer lines
+    // mid-command, and copied, they would break.
     after_help = "Examples:\n  \
 ainftp-perf io --vdev net_null0 --vdev net_null1 --lcores 0-1 --duration 5\n  \
 ainftp-perf txonly --vdev net_tap0,iface=dtap0 --pkt-size 128 --json\n  \
 ainftp-perf rxonly --pci 0000:3b:00.0 --lcores 2-7 --queues 5\n  \
-ainftp-perf quic-server --transport dpdk --vdev net_af_xdp0,iface=veth1 --ip 10.0.0.2/24 --bind 10.0.0.2:4433\n  \
-ainftp-perf quic-client --transport udp --target 10.0.0.2:4433 --test bulk --conns 2 --streams 4 --bytes 100000000\n  \
-ainftp-perf quic-client --transport dpdk --vdev net_tap0,iface=qtap0 --ip 10.0.0.3/24 --lcores 0-1 --steering software --target 10.0.0.1:4433 --conns 4\n  \
-ainftp-perf tcp-server --bind 10.0.0.2:5201   # and: tcp-client --target 10.0.0.2:5201 --bytes 1000000000\n  \
-ainftp-perf allreduce --local-ranks 4 --transport udp -b 8 -e 64M -f 4 --codec i16\n  \
-RANK=0 WORLD_SIZE=2 MASTER_ADDR=10.0.0.1 MASTER_PORT=29500 ainftp-perf allreduce -e 1G"
+ainftp-perf quic-server --transport dpdk --vdev net_af_xdp0,iface=veth1 \\\n      \
+--ip 10.0.0.2/24 --bind 10.0.0.2:4433\n  \
+ainftp-perf quic-client --transport udp --target 10.0.0.2:4433 \\\n      \
+--test bulk --conns 2 --streams 4 --bytes 100000000\n  \
+ainftp-perf quic-client --transport dpdk --vdev net_tap0,iface=qtap0 \\\n      \
+--ip 10.0.0.3/24 --lcores 0-1 --steering software \\\n      \
+--target 10.0.0.1:4433 --conns 4\n  \
+ainftp-perf tcp-server --bind 10.0.0.2:5201\n  \
+ainftp-perf tcp-client --target 10.0.0.2:5201 --bytes 1000000000\n  \
+ainftp-perf allreduce --local-ranks 4 --transport udp -b 8 -e 64M -f 4 \\\n      \
+--codec i16\n  \
+RANK=0 WORLD_SIZE=2 MASTER_ADDR=10.0.0.1 MASTER_PORT=29500 \\\n      \
+ainftp-perf allreduce -e 1G"
 )]
 pub struct PerfArgs {
     /// Forwarding mode.
@@ -258,11 +270,13 @@ pub struct PerfArgs {
     #[arg(long, default_value_t = 10.0, value_parser = crate::seconds::parse, allow_negative_numbers = true)]
     pub link_wait: f64,
 
-    /// udp-echo: address and port to serve on, e.g. 10.0.0.1:7.
+    /// udp-echo, quic-server, tcp-server: IPv4 address and port to serve
+    /// on, e.g. 10.0.0.1:7 (port 0: any free port, printed at start).
     #[arg(long, value_name = "ADDR:PORT")]
     pub bind: Option<String>,
 
-    /// udp-pingpong: the echo server to measure, e.g. 10.0.0.2:7.
+    /// udp-pingpong, quic-client, tcp-client: the server to measure, an
+    /// IPv4 address and port, e.g. 10.0.0.2:7.
     #[arg(long, value_name = "ADDR:PORT")]
     pub target: Option<String>,
 
@@ -409,8 +423,8 @@ pub struct PerfArgs {
     #[arg(long)]
     pub spin_us: Option<u64>,
 
-    /// Collectives: QUIC congestion control (cubic, reno, bbr2).
-    #[arg(long, default_value = "cubic")]
+    /// Collectives: QUIC congestion control.
+    #[arg(long, default_value = "cubic", value_parser = ["cubic", "reno", "bbr2"])]
     pub cc: String,
 
     /// Collectives: QUIC connections per peer (messages are striped).
