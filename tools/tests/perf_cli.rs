@@ -355,3 +355,30 @@ fn a_file_prefix_run_leaves_no_hugepage_files_or_runtime_dir() {
     let runtime_dir = std::path::Path::new("/var/run/dpdk").join(&prefix);
     assert!(!runtime_dir.exists(), "{} left", runtime_dir.display());
 }
+
+#[test]
+fn a_lone_torchrun_rank_gives_up_after_its_connect_timeout() {
+    // Nobody at MASTER_ADDR:MASTER_PORT: the rank waits --connect-timeout,
+    // not the 60 s default, and says what is missing.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+        .to_string();
+    let started = std::time::Instant::now();
+    let out = Command::new(PERF)
+        .args(["allreduce", "-e", "1M", "--connect-timeout", "2"])
+        .env("RANK", "1")
+        .env("WORLD_SIZE", "2")
+        .env("MASTER_ADDR", "127.0.0.1")
+        .env("MASTER_PORT", &port)
+        .output()
+        .unwrap();
+    assert_one_line_error(&out, "rank 0 is not listening");
+    let waited = started.elapsed();
+    assert!(
+        waited >= std::time::Duration::from_secs(2) && waited < std::time::Duration::from_secs(20),
+        "{waited:?}"
+    );
+}

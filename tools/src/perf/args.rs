@@ -313,9 +313,11 @@ pub struct PerfArgs {
     pub conns: usize,
 
     /// quic-client: seconds a handshake may take before the run fails
-    /// (nobody listening, a wrong address, a dropped path); 0: no limit.
-    #[arg(long, value_name = "SECS", default_value_t = 5.0, value_parser = crate::seconds::parse)]
-    pub connect_timeout: f64,
+    /// (nobody listening, a wrong address, a dropped path; 0: no limit)
+    /// [default: 5]. Collectives: seconds for every rank to join, the
+    /// rendezvous and the connections [default: 60].
+    #[arg(long, value_name = "SECS", value_parser = crate::seconds::parse)]
+    pub connect_timeout: Option<f64>,
 
     /// quic-client: streams per connection (bulk).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=1024).map(|n| n as usize))]

@@ -533,7 +533,7 @@ pub fn client(args: &PerfArgs) -> Result<serde_json::Value> {
             count,
             warmup,
             handles: Vec::new(),
-            connect_timeout: Duration::from_secs_f64(args.connect_timeout),
+            connect_timeout: Duration::from_secs_f64(args.connect_timeout.unwrap_or(5.0)),
             handshake: Histogram::new(3).expect("histogram"),
             established_at: None,
             jobs: Vec::new(),

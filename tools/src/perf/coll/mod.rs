@@ -310,6 +310,11 @@ fn validate(args: &PerfArgs) -> Result<()> {
             args.minbytes, args.maxbytes
         )));
     }
+    if args.connect_timeout == Some(0.0) {
+        return Err(Error::Usage(
+            "--connect-timeout 0: ranks need time to join; give seconds".into(),
+        ));
+    }
     if args.timeout <= 0.0 {
         return Err(Error::Usage(format!(
             "--timeout {}: a peer must be given more than 0 seconds",
@@ -341,6 +346,9 @@ fn driver_config(args: &PerfArgs) -> DriverConfig {
         engine,
         conns_per_peer: args.conns_per_peer as usize,
         timeout: Duration::from_secs_f64(args.timeout),
+        connect_timeout: args
+            .connect_timeout
+            .map_or(base.connect_timeout, Duration::from_secs_f64),
         spin: spin(args, base.spin),
         udp: KernelUdpConfig {
             max_payload: args
