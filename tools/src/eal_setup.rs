@@ -38,6 +38,31 @@ pub fn eal_args(opts: &EalOptions) -> Vec<String> {
     args
 }
 
+/// A PCI address as EAL takes it, `0000:3b:00.0` or `3b:00.0` (hex
+/// domain, bus, device and a function digit), checked before EAL runs:
+/// EAL's own answer to a malformed one is "No such device".
+pub fn parse_pci(s: &str) -> std::result::Result<String, String> {
+    let hex =
+        |part: &str, len: usize| part.len() == len && part.chars().all(|c| c.is_ascii_hexdigit());
+    let parts: Vec<&str> = s.split(':').collect();
+    let (bus, rest) = match parts.as_slice() {
+        [domain, bus, rest] if hex(domain, 4) => (*bus, *rest),
+        [bus, rest] => (*bus, *rest),
+        _ => return Err(format!("'{s}' is not a PCI address like 0000:3b:00.0")),
+    };
+    let ok = hex(bus, 2)
+        && rest.split_once('.').is_some_and(|(dev, func)| {
+            hex(dev, 2)
+                && func.len() == 1
+                && ('0'..='7').contains(&func.chars().next().unwrap_or('x'))
+        });
+    if ok {
+        Ok(s.to_owned())
+    } else {
+        Err(format!("'{s}' is not a PCI address like 0000:3b:00.0"))
+    }
+}
+
 /// Validate the lcores, then start the EAL.
 pub fn init(opts: &EalOptions) -> Result<Eal> {
     cpulist::check_online(opts.lcores)?;
@@ -47,4 +72,27 @@ pub fn init(opts: &EalOptions) -> Result<Eal> {
 /// The default lcore list: the first two online CPUs (main + one worker).
 pub fn default_lcores() -> Result<Vec<u32>> {
     Ok(cpulist::online_cpus()?.into_iter().take(2).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_pci;
+
+    #[test]
+    fn pci_addresses_are_checked_before_eal_sees_them() {
+        for good in ["0000:3b:00.0", "3b:00.7", "ABCD:ff:1f.3"] {
+            assert_eq!(parse_pci(good).as_deref(), Ok(good));
+        }
+        for bad in [
+            "zzz",
+            "",
+            "0000:3b:00",
+            "0000:3b:00.8",
+            "00:3b:00.0",
+            "3b:0.0",
+            "0000:3b:00.0.1",
+        ] {
+            assert!(parse_pci(bad).is_err(), "{bad:?} accepted");
+        }
+    }
 }

@@ -39,7 +39,7 @@ pub struct DpArgs {
     pub lcores: Option<String>,
 
     /// PCI device to drive, e.g. 0000:3b:00.0 (bound to vfio-pci).
-    #[arg(long, value_name = "BDF", conflicts_with = "vdev")]
+    #[arg(long, value_name = "BDF", conflicts_with = "vdev", value_parser = crate::eal_setup::parse_pci)]
     pub pci: Option<String>,
 
     /// Virtual device to create, e.g. net_af_xdp0,iface=veth1 or net_tap0,iface=dtap0.

@@ -88,7 +88,13 @@ pub fn plan(args: &DpArgs) -> Result<Plan> {
     let (pci, vdev) = if args.pci.is_some() || args.vdev.is_some() {
         (args.pci.clone(), args.vdev.clone())
     } else {
-        (file.pci.clone(), file.vdev.clone())
+        let pci = file
+            .pci
+            .as_deref()
+            .map(crate::eal_setup::parse_pci)
+            .transpose()
+            .map_err(|e| Error::Usage(format!("config pci: {e}")))?;
+        (pci, file.vdev.clone())
     };
     if pci.is_some() && vdev.is_some() {
         return Err(Error::Usage(

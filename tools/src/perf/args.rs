@@ -200,7 +200,7 @@ pub struct PerfArgs {
     pub mode: Mode,
 
     /// PCI device to use (repeatable), e.g. 0000:3b:00.0.
-    #[arg(long = "pci", value_name = "BDF")]
+    #[arg(long = "pci", value_name = "BDF", value_parser = crate::eal_setup::parse_pci)]
     pub pci: Vec<String>,
 
     /// Virtual device to create (repeatable), e.g. net_null0 or net_af_xdp0,iface=veth0.
