@@ -58,6 +58,9 @@ impl FileConfig {
     }
 }
 
+/// Most mbufs in the packet pool.
+const MAX_MBUFS: u32 = 1 << 24;
+
 /// Everything ainftp-dp needs to start.
 #[derive(Debug, Clone)]
 pub struct Plan {
@@ -161,6 +164,12 @@ pub fn plan(args: &DpArgs) -> Result<Plan> {
                 "--mbufs {n} is too few; at least 1024 (rx rings alone take 1024 per queue on many PMDs)"
             )));
         }
+        // About 2.2 KB of hugepage memory each: 2^24 is 36 GB already.
+        if n > MAX_MBUFS {
+            return Err(Error::Usage(format!(
+                "--mbufs {n} is too many; at most {MAX_MBUFS} (each takes about 2.2 KB of hugepages)"
+            )));
+        }
         rt.mbufs = n;
     }
     rt.checksum_offload = !args.no_checksum_offload && file.checksum_offload.unwrap_or(true);
@@ -179,6 +188,13 @@ pub fn plan(args: &DpArgs) -> Result<Plan> {
         return Err(Error::Usage(
             "--udp-echo 0 is not a port; use 1-65535".into(),
         ));
+    }
+    if let Some(port) = udp_echo
+        .iter()
+        .enumerate()
+        .find_map(|(i, p)| udp_echo[..i].contains(p).then_some(p))
+    {
+        return Err(Error::Usage(format!("--udp-echo {port} is given twice")));
     }
     let stats_period = seconds(
         "--stats-period",
@@ -404,6 +420,21 @@ mod tests {
             (
                 vec!["--ip", "10.0.0.2/24", "--lcores", "0", "--duration", "1e30"],
                 "--duration",
+            ),
+            (
+                vec![
+                    "--ip",
+                    "10.0.0.2/24",
+                    "--lcores",
+                    "0",
+                    "--mbufs",
+                    "4294967295",
+                ],
+                "--mbufs",
+            ),
+            (
+                vec!["--ip", "10.0.0.2/24", "--udp-echo", "7", "--udp-echo", "7"],
+                "--udp-echo 7 is given twice",
             ),
             (
                 vec![
