@@ -26,10 +26,16 @@ pub fn eal_args(opts: &EalOptions) -> Vec<String> {
     let given = |flag: &str| opts.extra.iter().any(|a| a.starts_with(flag));
     if !given("--file-prefix") && !given("--in-memory") {
         args.push("--in-memory".into());
-    } else if given("--file-prefix") && !given("--huge-unlink") && !given("--proc-type") {
+    } else if given("--file-prefix")
+        && !given("--huge-unlink")
+        && !given("--proc-type")
+        && !given("--single-file-segments")
+    {
         // With a prefix (memif between two processes) the hugepage files
         // would outlive us and keep their pages; no secondary process of
-        // ours needs them.
+        // ours needs them. (EAL refuses it beside --single-file-segments,
+        // which memif's zero-copy mode wants: then the files stay, as
+        // with testpmd.)
         args.push("--huge-unlink".into());
     }
     // EAL is chatty at info level; warnings and errors still show.
@@ -76,7 +82,35 @@ pub fn default_lcores() -> Result<Vec<u32>> {
 
 #[cfg(test)]
 mod tests {
-    use super::parse_pci;
+    use super::{eal_args, parse_pci, EalOptions};
+
+    fn args_with(extra: &[&str]) -> Vec<String> {
+        let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+        eal_args(&EalOptions {
+            lcores: &[0],
+            pci: &[],
+            extra: &extra,
+        })
+    }
+
+    #[test]
+    fn shared_files_only_on_request_and_unlinked_where_eal_allows() {
+        assert!(args_with(&[]).contains(&"--in-memory".to_string()));
+        let prefixed = args_with(&["--file-prefix", "a"]);
+        assert!(!prefixed.contains(&"--in-memory".to_string()));
+        assert!(prefixed.contains(&"--huge-unlink".to_string()));
+        for other in [
+            "--single-file-segments",
+            "--proc-type=secondary",
+            "--huge-unlink=never",
+        ] {
+            let args = args_with(&["--file-prefix", "a", other]);
+            assert!(
+                !args.contains(&"--huge-unlink".to_string()),
+                "{other}: {args:?}"
+            );
+        }
+    }
 
     #[test]
     fn pci_addresses_are_checked_before_eal_sees_them() {
