@@ -24,9 +24,9 @@ struct EalInner {
     // rte_eal_init keeps pointers into argv (e.g. for devargs), so the
     // strings live as long as the EAL does.
     _args: Vec<CString>,
-    /// The runtime directory a primary process with shared files made
-    /// (/var/run/dpdk/PREFIX); removed at cleanup, as nothing outlives us
-    /// that could use it.
+    /// The runtime directory of a primary process with its own
+    /// `--file-prefix` (/var/run/dpdk/PREFIX); removed at cleanup, as
+    /// nothing outlives us that could use it.
     runtime_dir: Option<std::path::PathBuf>,
 }
 
@@ -66,13 +66,16 @@ impl Eal {
         if rc < 0 {
             return Err(from_rte_errno("rte_eal_init"));
         }
-        let in_memory = owned
-            .iter()
-            .any(|a| a.as_bytes().starts_with(b"--in-memory"));
+        // Only a directory of the caller's own prefix is removed: the
+        // default one (/var/run/dpdk/rte) may belong to another primary
+        // that runs beside us with --no-shconf.
+        let given = |flag: &[u8]| owned.iter().any(|a| a.as_bytes().starts_with(flag));
+        let own_prefix =
+            given(b"--file-prefix") && !given(b"--in-memory") && !given(b"--no-shconf");
         // SAFETY: EAL is initialised; rte_eal_process_type only reads its config.
         let primary =
             unsafe { sys::rte_eal_process_type() } == sys::rte_proc_type_t_RTE_PROC_PRIMARY;
-        let runtime_dir = (primary && !in_memory).then(|| {
+        let runtime_dir = (primary && own_prefix).then(|| {
             // SAFETY: EAL is initialised; the runtime dir is a NUL-terminated
             // string in EAL's static config, copied out at once.
             let dir = unsafe { CStr::from_ptr(sys::rte_eal_get_runtime_dir()) };

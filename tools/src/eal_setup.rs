@@ -30,12 +30,14 @@ pub fn eal_args(opts: &EalOptions) -> Vec<String> {
         && !given("--huge-unlink")
         && !given("--proc-type")
         && !given("--single-file-segments")
+        && !given("--no-huge")
     {
         // With a prefix (memif between two processes) the hugepage files
         // would outlive us and keep their pages; no secondary process of
         // ours needs them. (EAL refuses it beside --single-file-segments,
-        // which memif's zero-copy mode wants: then the files stay, as
-        // with testpmd.)
+        // which memif's zero-copy mode wants, and beside --no-huge: then
+        // the files stay, as with testpmd. --huge-unlink=never keeps them
+        // for secondary processes such as dpdk-pdump.)
         args.push("--huge-unlink".into());
     }
     // EAL is chatty at info level; warnings and errors still show.
@@ -44,28 +46,28 @@ pub fn eal_args(opts: &EalOptions) -> Vec<String> {
     args
 }
 
-/// A PCI address as EAL takes it, `0000:3b:00.0` or `3b:00.0` (hex
-/// domain, bus, device and a function digit), checked before EAL runs:
-/// EAL's own answer to a malformed one is "No such device".
+/// A PCI address as EAL takes it, `0000:3b:00.0` or `3b:00.7` (hex
+/// domain of 4-8 digits, bus, device, a function digit 0-7), optionally
+/// followed by device arguments (`,mprq_en=1`); checked before EAL runs,
+/// whose own answer to a malformed one is "No such device".
 pub fn parse_pci(s: &str) -> std::result::Result<String, String> {
-    let hex =
-        |part: &str, len: usize| part.len() == len && part.chars().all(|c| c.is_ascii_hexdigit());
-    let parts: Vec<&str> = s.split(':').collect();
-    let (bus, rest) = match parts.as_slice() {
-        [domain, bus, rest] if hex(domain, 4) => (*bus, *rest),
-        [bus, rest] => (*bus, *rest),
-        _ => return Err(format!("'{s}' is not a PCI address like 0000:3b:00.0")),
+    let bad = || format!("'{s}' is not a PCI address like 0000:3b:00.0");
+    let hex = |part: &str, len: std::ops::RangeInclusive<usize>| {
+        len.contains(&part.len()) && part.chars().all(|c| c.is_ascii_hexdigit())
     };
-    let ok = hex(bus, 2)
-        && rest.split_once('.').is_some_and(|(dev, func)| {
-            hex(dev, 2)
-                && func.len() == 1
-                && ('0'..='7').contains(&func.chars().next().unwrap_or('x'))
-        });
-    if ok {
+    let address = s.split(',').next().unwrap_or_default();
+    let parts: Vec<&str> = address.split(':').collect();
+    let (bus, rest) = match parts.as_slice() {
+        [domain, bus, rest] if hex(domain, 4..=8) => (*bus, *rest),
+        [bus, rest] => (*bus, *rest),
+        _ => return Err(bad()),
+    };
+    let (dev, func) = rest.split_once('.').ok_or_else(bad)?;
+    let func_ok = matches!(func.as_bytes(), [b'0'..=b'7']);
+    if hex(bus, 2..=2) && hex(dev, 2..=2) && func_ok {
         Ok(s.to_owned())
     } else {
-        Err(format!("'{s}' is not a PCI address like 0000:3b:00.0"))
+        Err(bad())
     }
 }
 
@@ -114,7 +116,13 @@ mod tests {
 
     #[test]
     fn pci_addresses_are_checked_before_eal_sees_them() {
-        for good in ["0000:3b:00.0", "3b:00.7", "ABCD:ff:1f.3"] {
+        for good in [
+            "0000:3b:00.0",
+            "3b:00.7",
+            "ABCD:ff:1f.3",
+            "10000:01:00.0",
+            "0000:3b:00.0,mprq_en=1",
+        ] {
             assert_eq!(parse_pci(good).as_deref(), Ok(good));
         }
         for bad in [

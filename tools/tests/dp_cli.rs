@@ -221,6 +221,19 @@ fn certs_makes_a_cluster_ca_and_node_certificates() {
         .unwrap();
     assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("not usable"));
     assert!(!fresh.join("ca.key").exists() && !fresh.join("ca.pem").exists());
+    // Nor when a node would be named like the CA's files, or twice.
+    for nodes in [
+        ["--node", "ca", "--node", "x"],
+        ["--node", "n", "--node", "n"],
+    ] {
+        let out = Command::new(DP)
+            .args(["certs", "--dir", fresh.to_str().unwrap(), "--ca"])
+            .args(nodes)
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{nodes:?}");
+        assert!(!fresh.join("ca.key").exists(), "{nodes:?} wrote a CA");
+    }
     // A node's key is never silently replaced.
     let before = std::fs::read_to_string(dir.join("node2.key")).unwrap();
     let out = Command::new(DP)
@@ -522,4 +535,32 @@ fn a_tap_device_that_already_exists_is_refused_not_shared() {
     });
     let _ = sh(&format!("ip link del {iface}"));
     refused.unwrap();
+}
+
+#[test]
+fn a_closed_stderr_does_not_abort_the_appliance() {
+    // `ainftp-dp 2>&1 | head`: its stats lines go to stderr.
+    let iface = "ainfdp78";
+    let mut child = Command::new(DP)
+        .args([
+            "--lcores",
+            "0",
+            "--ip",
+            "10.78.0.2/24",
+            "--tap-iface",
+            iface,
+        ])
+        .args(["--duration", "2", "--stats-period", "0.1"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    drop(child.stderr.take());
+    let status = child.wait().unwrap();
+    assert!(status.success(), "{status:?}");
+    assert!(
+        !sh(&format!("ip link show {iface}")).status.success(),
+        "TAP left behind"
+    );
 }

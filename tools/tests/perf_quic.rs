@@ -52,7 +52,14 @@ impl Drop for Server {
 
 fn client(port: u16, args: &[&str]) -> (serde_json::Value, String) {
     let out: Output = Command::new(PERF)
-        .args(["quic-client", "--transport", "udp", "--json"])
+        .args([
+            "quic-client",
+            "--connect-timeout",
+            "30",
+            "--transport",
+            "udp",
+            "--json",
+        ])
         .args(["--target", &format!("127.0.0.1:{port}")])
         .args(args)
         .output()
@@ -142,7 +149,14 @@ fn throwaway_certificates_are_removed_when_the_perf_tools_exit() {
     let mut server = Server(server);
     std::thread::sleep(Duration::from_millis(300));
     let out = Command::new(PERF)
-        .args(["quic-client", "--transport", "udp", "--json"])
+        .args([
+            "quic-client",
+            "--connect-timeout",
+            "30",
+            "--transport",
+            "udp",
+            "--json",
+        ])
         .args([
             "--target",
             &format!("127.0.0.1:{port}"),
@@ -185,6 +199,8 @@ fn dpdk_client_on_two_lcores_keeps_each_connection_on_its_own_lcore() {
         Command::new(PERF)
             .args([
                 "quic-client",
+                "--connect-timeout",
+                "30",
                 "--transport",
                 "dpdk",
                 "--json",
@@ -298,6 +314,8 @@ fn dpdk_client_sends_jumbo_datagrams_when_the_port_takes_a_larger_mtu() {
     let out = Command::new(PERF)
         .args([
             "quic-client",
+            "--connect-timeout",
+            "30",
             "--transport",
             "dpdk",
             "--json",
@@ -357,7 +375,14 @@ fn dpdk_client_sends_jumbo_datagrams_when_the_port_takes_a_larger_mtu() {
             std::thread::sleep(Duration::from_secs(1));
             let out = Command::new("ip")
                 .args(["netns", "exec", "ainfpj", "timeout", "30", PERF])
-                .args(["quic-client", "--transport", "udp", "--json"])
+                .args([
+                    "quic-client",
+                    "--connect-timeout",
+                    "30",
+                    "--transport",
+                    "udp",
+                    "--json",
+                ])
                 .args(["--target", &format!("10.92.0.2:{dpdk_port}")])
                 .args(["--bytes", "20000000"])
                 .output()

@@ -69,10 +69,7 @@ impl HostConfig {
         if !self.mac.is_unicast() {
             return Err(format!("{} is not a unicast MAC address", self.mac));
         }
-        if self.mac.0 == [0; 6] {
-            // Peers would learn it, but it names no station.
-            return Err(format!("{} is not a usable MAC address", self.mac));
-        }
+
         if let Some(gw) = self.gateway {
             if !self.in_subnet(gw) {
                 return Err(format!(
@@ -117,12 +114,12 @@ mod tests {
     }
 
     #[test]
-    fn only_a_real_station_address_is_a_valid_mac() {
+    fn only_a_unicast_address_is_a_valid_mac() {
         let ip = Ipv4Addr::new(10, 0, 0, 2);
         assert!(HostConfig::new(EthernetAddress([2, 0, 0, 0, 0, 1]), ip, 24)
             .validate()
             .is_ok());
-        for mac in [[0; 6], [0xff; 6], [1, 0, 0x5e, 0, 0, 1]] {
+        for mac in [[0xff; 6], [1, 0, 0x5e, 0, 0, 1]] {
             let e = HostConfig::new(EthernetAddress(mac), ip, 24)
                 .validate()
                 .unwrap_err();

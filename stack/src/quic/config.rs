@@ -142,7 +142,7 @@ impl QuicConfig {
 /// The path as BoringSSL takes it, once it is known to exist: a missing
 /// file says so, rather than that it is not PEM.
 fn path_str(p: &std::path::Path) -> Result<&str, QuicError> {
-    if !p.is_file() {
+    if std::fs::metadata(p).is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound) {
         return Err(QuicError::MissingFile(p.to_owned()));
     }
     p.to_str()

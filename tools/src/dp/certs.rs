@@ -44,6 +44,10 @@ pub enum CertsError {
     CaExists(String),
     #[error("nothing to do: give --ca and/or --node NAME")]
     NothingToDo,
+    #[error("node name \"ca\" would write over the CA's own files (ca.pem, ca.key): pick another")]
+    ReservedName,
+    #[error("--node {0} is given twice")]
+    NodeTwice(String),
     #[error("node {node} already has a key in {dir}: refusing to replace it; remove {node}.pem and {node}.key to issue it again")]
     NodeExists { node: String, dir: String },
 }
@@ -57,6 +61,17 @@ pub fn run(args: &CertsArgs) -> Result<Vec<String>, CertsError> {
     // leaves the directory as it was.
     if let Some(bad) = args.nodes.iter().find(|n| !valid_name(n)) {
         return Err(CertError::BadName(bad.clone()).into());
+    }
+    if args.nodes.iter().any(|n| n == "ca") {
+        return Err(CertsError::ReservedName);
+    }
+    if let Some(twice) = args
+        .nodes
+        .iter()
+        .enumerate()
+        .find_map(|(i, n)| args.nodes[..i].contains(n).then_some(n))
+    {
+        return Err(CertsError::NodeTwice(twice.clone()));
     }
     if args.ca && args.dir.join("ca.key").exists() {
         return Err(CertsError::CaExists(args.dir.display().to_string()));

@@ -51,7 +51,7 @@ impl FileConfig {
             // toml's own Display spans several lines; one line, with where.
             let line = e
                 .span()
-                .map(|span| text[..span.start.min(text.len())].lines().count().max(1));
+                .map(|span| text[..span.start.min(text.len())].matches('\n').count() + 1);
             let at = line.map_or(String::new(), |l| format!(" line {l}"));
             Error::Usage(format!("config {}{at}: {}", path.display(), e.message()))
         })
@@ -269,11 +269,18 @@ fn parse_ip(flag: &str, s: &str) -> Result<Ipv4Addr> {
 }
 
 fn parse_mac(flag: &str, s: &str) -> Result<EthernetAddress> {
-    s.parse().map_err(|_| {
+    let mac: EthernetAddress = s.parse().map_err(|_| {
         Error::Usage(format!(
             "{flag} {s:?}: expected a MAC address like 02:00:00:00:00:01"
         ))
-    })
+    })?;
+    // A device may report it (net_ring does), but nobody should give it.
+    if mac.0 == [0; 6] {
+        return Err(Error::Usage(format!(
+            "{flag} {s}: the all-zero MAC names no station"
+        )));
+    }
+    Ok(mac)
 }
 
 fn parse_neighbour(s: &str) -> Result<(Ipv4Addr, EthernetAddress)> {
@@ -327,7 +334,10 @@ mod tests {
         assert_eq!(p.runtime.static_neighbours.len(), 1);
         std::fs::write(&file, "ip = \"10.1.0.2/16\"\nbogus = 1\n").unwrap();
         let e = plan(&args(&["--config", file.to_str().unwrap()])).unwrap_err();
-        assert!(e.to_string().contains("bogus"), "{e}");
+        assert!(
+            e.to_string().contains("line 2: unknown field `bogus`"),
+            "{e}"
+        );
         // A wrong type says on which line.
         std::fs::write(&file, "ip = \"10.1.0.2/16\"\nudp_echo = 7\n").unwrap();
         let e = plan(&args(&["--config", file.to_str().unwrap()])).unwrap_err();
@@ -435,6 +445,10 @@ mod tests {
             (
                 vec!["--ip", "10.0.0.2/24", "--udp-echo", "7", "--udp-echo", "7"],
                 "--udp-echo 7 is given twice",
+            ),
+            (
+                vec!["--ip", "10.0.0.2/24", "--mac", "00:00:00:00:00:00"],
+                "all-zero MAC",
             ),
             (
                 vec![

@@ -282,11 +282,11 @@ pub struct PerfArgs {
 
     /// udp-pingpong, quic-client --test rr: round trips to measure (after
     /// --warmup ones).
-    #[arg(long, default_value_t = 100_000, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, default_value_t = 100_000, value_parser = clap::value_parser!(u64).range(1..=1_000_000_000))]
     pub count: u64,
 
-    /// udp-pingpong: round trips before measuring.
-    #[arg(long, default_value_t = 1000)]
+    /// udp-pingpong, quic-client --test rr: round trips before measuring.
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(..=1_000_000_000))]
     pub warmup: u64,
 
     /// udp-pingpong: UDP payload bytes per datagram (>= 8); quic-client
@@ -314,9 +314,9 @@ pub struct PerfArgs {
 
     /// quic-client: seconds a handshake may take before the run fails
     /// (nobody listening, a wrong address, a dropped path; 0: no limit)
-    /// [default: 5]. Collectives: seconds for every rank to join, the
-    /// rendezvous and the connections [default: 60].
-    #[arg(long, value_name = "SECS", value_parser = crate::seconds::parse)]
+    /// [default: 10]. Collectives: seconds for every rank to join, the
+    /// rendezvous and the connections (more than 0) [default: 60].
+    #[arg(long, value_name = "SECS", value_parser = crate::seconds::parse, allow_negative_numbers = true)]
     pub connect_timeout: Option<f64>,
 
     /// quic-client: streams per connection (bulk).
@@ -425,8 +425,9 @@ pub struct PerfArgs {
     #[arg(long)]
     pub spin_us: Option<u64>,
 
-    /// Collectives: QUIC congestion control.
-    #[arg(long, default_value = "cubic", value_parser = ["cubic", "reno", "bbr2"])]
+    /// Collectives: QUIC congestion control (quiche's names; bbr and bbr2
+    /// are both its bbr2_gcongestion).
+    #[arg(long, default_value = "cubic", value_parser = ["cubic", "reno", "bbr2", "bbr", "bbr2_gcongestion"])]
     pub cc: String,
 
     /// Collectives: QUIC connections per peer (messages are striped).

@@ -255,7 +255,10 @@ where
                     l.port()
                 )));
             }
-            let local = SocketAddrV4::new(ip, local.map_or(40_000, |l| l.port()));
+            // The stack owns every port of its address: "any free port"
+            // (0) is the default one.
+            let port = local.map_or(0, |l| l.port());
+            let local = SocketAddrV4::new(ip, if port == 0 { 40_000 } else { port });
             let lcores = rt.lcores().len();
             let services = (0..lcores)
                 .map(|index| {
@@ -533,7 +536,7 @@ pub fn client(args: &PerfArgs) -> Result<serde_json::Value> {
             count,
             warmup,
             handles: Vec::new(),
-            connect_timeout: Duration::from_secs_f64(args.connect_timeout.unwrap_or(5.0)),
+            connect_timeout: Duration::from_secs_f64(args.connect_timeout.unwrap_or(10.0)),
             handshake: Histogram::new(3).expect("histogram"),
             established_at: None,
             jobs: Vec::new(),

@@ -19,7 +19,11 @@ const CHUNK: usize = 256 * 1024;
 pub fn server(args: &PerfArgs) -> Result<serde_json::Value> {
     let bind = addr("--bind", &args.bind)?;
     let listener = TcpListener::bind(bind).map_err(|e| Error::Io(format!("bind {bind}"), e))?;
-    crate::eline!("ainftp-perf: tcp server on {bind}");
+    // The bound address: port 0 shows the port the kernel chose.
+    let bound = listener
+        .local_addr()
+        .map_err(|e| Error::Io(format!("bind {bind}"), e))?;
+    crate::eline!("ainftp-perf: tcp server on {bound}");
     // A signal handler, not the default action: shells start background
     // jobs with SIGINT ignored.
     let stop = stop_flag(args.duration)?;
