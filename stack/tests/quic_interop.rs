@@ -312,6 +312,20 @@ fn aioquic_client_against_our_server_resumes_after_a_blackhole_on_a_real_link() 
     finish_clean(running);
 }
 
+/// Waits until our server has received `count` datagrams: the handshake
+/// is done and data flows.
+fn wait_for_datagrams<A>(running: &common::Running<A>, count: u64, limit: Duration) {
+    let deadline = Instant::now() + limit;
+    while running.counters[0].snapshot().udp_in < count {
+        assert!(
+            Instant::now() < deadline,
+            "the transfer did not start within {limit:?}: {:?}",
+            running.counters[0].snapshot()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// The interop-runner's blackhole when the link never comes back, on a
 /// real link: nothing hangs. Our server (1 s idle timeout) closes the
 /// connection as idle; aioquic's client gives up at its own deadline and
@@ -328,7 +342,10 @@ fn a_link_cut_for_good_ends_in_an_idle_timeout_on_both_sides() {
         us,
         &["--sizes", "16777216", "--timeout", "6"],
     ));
-    std::thread::sleep(Duration::from_millis(1500));
+    // Cut once the transfer runs: a cut before the handshake completes
+    // leaves aioquic waiting out its 60 s idle timeout, with nothing to
+    // report (Python starts slowly on a loaded host).
+    wait_for_datagrams(&running, 500, Duration::from_secs(30));
     let cut = LossyLink::install("ainfq96", 100);
     let out = client.wait();
     let line = json_line(&out.stdout);
