@@ -2,6 +2,8 @@
 //! UDP, stops cleanly on SIGTERM with a summary (no mbuf left out), and bad
 //! input gets one clear line and a non-zero exit.
 
+mod common;
+
 use std::net::UdpSocket;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -541,23 +543,17 @@ fn a_tap_device_that_already_exists_is_refused_not_shared() {
 fn a_closed_stderr_does_not_abort_the_appliance() {
     // `ainftp-dp 2>&1 | head`: its stats lines go to stderr.
     let iface = "ainfdp78";
-    let mut child = Command::new(DP)
-        .args([
-            "--lcores",
-            "0",
-            "--ip",
-            "10.78.0.2/24",
-            "--tap-iface",
-            iface,
-        ])
-        .args(["--duration", "2", "--stats-period", "0.1"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    drop(child.stdout.take());
-    drop(child.stderr.take());
-    let status = child.wait().unwrap();
+    let mut cmd = Command::new(DP);
+    cmd.args([
+        "--lcores",
+        "0",
+        "--ip",
+        "10.78.0.2/24",
+        "--tap-iface",
+        iface,
+    ])
+    .args(["--duration", "2", "--stats-period", "0.1"]);
+    let status = common::exit_with_closed_pipes(cmd);
     assert!(status.success(), "{status:?}");
     assert!(
         !sh(&format!("ip link show {iface}")).status.success(),

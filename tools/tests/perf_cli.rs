@@ -1,6 +1,8 @@
 //! ainftp-perf as a user runs it: bad input gets one clear line and a
 //! non-zero exit; good input moves packets and ends with a JSON summary.
 
+mod common;
+
 use std::process::{Command, Output};
 
 const PERF: &str = env!("CARGO_BIN_EXE_ainftp-perf");
@@ -306,25 +308,19 @@ fn closed_output_pipes_do_not_abort_the_run() {
     // `| head`: the reader goes away while the run still prints (stats
     // and the summary on stdout, notes on stderr). A write to a closed
     // pipe used to panic, and panic=abort killed the run with SIGABRT.
-    let mut child = Command::new(PERF)
-        .args([
-            "macswap",
-            "--vdev",
-            "net_null0",
-            "--lcores",
-            "0",
-            "--duration",
-            "2",
-            "--stats-period",
-            "0.1",
-        ])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    drop(child.stdout.take());
-    drop(child.stderr.take());
-    let status = child.wait().unwrap();
+    let mut cmd = Command::new(PERF);
+    cmd.args([
+        "macswap",
+        "--vdev",
+        "net_null0",
+        "--lcores",
+        "0",
+        "--duration",
+        "2",
+        "--stats-period",
+        "0.1",
+    ]);
+    let status = common::exit_with_closed_pipes(cmd);
     assert!(status.success(), "{status:?}");
 }
 

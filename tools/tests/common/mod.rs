@@ -122,3 +122,16 @@ pub fn assert_two_lanes_on_their_own_cpus(transport: &str) {
     assert_eq!(row["lanes"], 2, "{row}");
     assert_eq!(row["lane_cpus"], serde_json::json!(want), "{row}");
 }
+
+/// Runs `cmd` with its stdout and stderr closed from the start, as a
+/// reader that went away (`| head`) leaves them; how it exited.
+pub fn exit_with_closed_pipes(mut cmd: Command) -> std::process::ExitStatus {
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start the binary");
+    drop(child.stdout.take());
+    drop(child.stderr.take());
+    child.wait().expect("wait for the binary")
+}
