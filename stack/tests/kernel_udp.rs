@@ -661,8 +661,8 @@ fn route_mtu_follows_the_interface_towards_the_peer() {
     };
     sh("ip link del ainfmtu0 2>/dev/null; \
         ip link add ainfmtu0 type veth peer name ainfmtu1 && ip link set ainfmtu1 up && \
-        ip link set ainfmtu0 mtu 1500 up && ip addr add 10.78.0.1/24 dev ainfmtu0");
-    let beyond = SocketAddrV4::new(Ipv4Addr::new(10, 78, 0, 2), 9);
+        ip link set ainfmtu0 mtu 1500 up && ip addr add 10.73.0.1/24 dev ainfmtu0");
+    let beyond = SocketAddrV4::new(Ipv4Addr::new(10, 73, 0, 2), 9);
     let payload = route_payload(beyond, 32768);
     sh("ip link set ainfmtu0 mtu 9000");
     let jumbo = route_payload(beyond, 32768);

@@ -23,10 +23,10 @@ const AT_ONCE: usize = 8;
 #[test]
 fn two_thousand_connections_through_dpdk_leave_no_mbuf_and_no_state() {
     let eal = common::eal("0");
-    let us = Ipv4Addr::new(10, 79, 0, 2);
+    let us = Ipv4Addr::new(10, 72, 0, 2);
     let idle = Duration::from_secs(2);
     let (running, dir) = start_perf_server(&eal, "ainfqc0", us, "churn", Some(idle));
-    let kernel = Ipv4Addr::new(10, 79, 0, 1);
+    let kernel = Ipv4Addr::new(10, 72, 0, 1);
     let mut io = KernelUdp::bind(SocketAddrV4::new(kernel, 0), KernelUdpConfig::default())
         .expect("bind on the kernel side of the tap");
     let config = QuicConfig {

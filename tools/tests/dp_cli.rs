@@ -1,5 +1,5 @@
 //! ainftp-dp as a user runs it: on a TAP device it answers Linux's ping and
-//! UDP, stops cleanly on SIGTERM with a summary (no mbuf left out), and bad
+//! UDP, stops cleanly on SIGTERM or SIGINT with a summary (no mbuf left out), and bad
 //! input gets one clear line and a non-zero exit.
 
 mod common;
@@ -270,10 +270,11 @@ fn mbuf_arena_on_a_tap_device_echoes_every_size_and_returns_every_mbuf() {
         let (n, _) = sock.recv_from(&mut buf).unwrap();
         assert_eq!(&buf[..n], &sent[..], "echo of {len} bytes");
     }
-    assert!(sh(&format!("kill -TERM {}", child.id())).status.success());
+    // SIGINT (Ctrl-C) here; the other tests stop the appliance with SIGTERM.
+    assert!(sh(&format!("kill -INT {}", child.id())).status.success());
     let out = child.wait_with_output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "exit after SIGTERM: {stderr}");
+    assert!(out.status.success(), "exit after SIGINT: {stderr}");
     assert!(
         stderr.contains("mbufs in an arena at") && stderr.contains("registered with DPDK"),
         "says where the buffers are: {stderr}"
@@ -404,15 +405,15 @@ fn bad_frames_from_the_wire_are_dropped_and_counted_by_reason() {
 #[test]
 fn an_impaired_port_drops_duplicates_and_corrupts_what_it_sends_and_says_how_much() {
     const N: usize = 300;
-    let iface = "ainfdp86";
+    let iface = "ainfdp71";
     let child = start_on_tap(
         iface,
-        86,
+        71,
         &[
             "--mac",
-            "02:00:00:00:00:86",
+            "02:00:00:00:00:71",
             "--neighbour",
-            "10.86.0.1=02:00:00:00:01:86",
+            "10.71.0.1=02:00:00:00:01:71",
             "--impair",
             "loss=0.2,dup=0.2,corrupt=0.2,seed=7",
             "--stats-period",
@@ -422,15 +423,15 @@ fn an_impaired_port_drops_duplicates_and_corrupts_what_it_sends_and_says_how_muc
     );
     // Static neighbours both ways: ARP would be impaired too.
     let neigh = format!(
-        "ip link set dev {iface} address 02:00:00:00:01:86 && \
-         ip neigh replace 10.86.0.2 lladdr 02:00:00:00:00:86 dev {iface}"
+        "ip link set dev {iface} address 02:00:00:00:01:71 && \
+         ip neigh replace 10.71.0.2 lladdr 02:00:00:00:00:71 dev {iface}"
     );
     assert!(sh(&neigh).status.success(), "{neigh}");
     // Room for every reply, even if the reader below is slow to run.
     let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::DGRAM, None).unwrap();
     sock.set_recv_buffer_size(4 << 20).unwrap();
     sock.bind(
-        &"10.86.0.1:0"
+        &"10.71.0.1:0"
             .parse::<std::net::SocketAddr>()
             .unwrap()
             .into(),
@@ -454,7 +455,7 @@ fn an_impaired_port_drops_duplicates_and_corrupts_what_it_sends_and_says_how_muc
         })
     };
     for seq in 0..N {
-        sock.send_to(&datagram(seq), "10.86.0.2:7").unwrap();
+        sock.send_to(&datagram(seq), "10.71.0.2:7").unwrap();
     }
     let sent: std::collections::HashMap<Vec<u8>, usize> =
         (0..N).map(|s| (datagram(s), s)).collect();

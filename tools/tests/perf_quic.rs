@@ -208,8 +208,8 @@ fn dpdk_client_on_two_lcores_keeps_each_connection_on_its_own_lcore() {
                 "0-1",
             ])
             .args(["--vdev", &format!("net_tap_pq0,iface={iface}")])
-            .args(["--ip", "10.89.0.2/24", "--steering", steering])
-            .args(["--target", &format!("10.89.0.1:{port}")])
+            .args(["--ip", "10.70.0.2/24", "--steering", steering])
+            .args(["--target", &format!("10.70.0.1:{port}")])
             .args(["--conns", "4", "--streams", "2", "--bytes", "3000000"])
             .args(["--", "--in-memory"])
             .stdout(Stdio::piped())
@@ -228,7 +228,7 @@ fn dpdk_client_on_two_lcores_keeps_each_connection_on_its_own_lcore() {
     // client's Initials are retransmitted until then.
     let t0 = std::time::Instant::now();
     while !sh(&format!(
-        "ip addr add 10.89.0.1/24 dev {IFACE} 2>/dev/null && ip link set {IFACE} up"
+        "ip addr add 10.70.0.1/24 dev {IFACE} 2>/dev/null && ip link set {IFACE} up"
     )) {
         assert!(
             t0.elapsed() < Duration::from_secs(20),

@@ -58,13 +58,39 @@ impl HostConfig {
         }
     }
 
+    /// "network" or "broadcast" when `ip` is that address of our subnet;
+    /// /31 and /32 subnets have neither (RFC 3021).
+    fn reserved_in_subnet(&self, ip: Ipv4Addr) -> Option<&'static str> {
+        if self.prefix_len >= 31 || !self.in_subnet(ip) {
+            return None;
+        }
+        let host_bits = u32::from(ip) & !self.mask();
+        if host_bits == 0 {
+            Some("network")
+        } else if host_bits == !self.mask() {
+            Some("broadcast")
+        } else {
+            None
+        }
+    }
+
     /// Checks a user would want told before the port comes up.
     pub fn validate(&self) -> Result<(), String> {
         if self.prefix_len > 32 {
             return Err(format!("prefix length /{} is over 32", self.prefix_len));
         }
-        if self.ip.is_unspecified() || self.ip.is_multicast() || self.ip.is_broadcast() {
+        if self.ip.is_unspecified()
+            || self.ip.is_multicast()
+            || self.ip.is_broadcast()
+            || self.ip.is_loopback()
+        {
             return Err(format!("{} cannot be a host address", self.ip));
+        }
+        if let Some(which) = self.reserved_in_subnet(self.ip) {
+            return Err(format!(
+                "{} is the {which} address of {}/{}, not a host's",
+                self.ip, self.ip, self.prefix_len
+            ));
         }
         if !self.mac.is_unicast() {
             return Err(format!("{} is not a unicast MAC address", self.mac));
@@ -76,6 +102,12 @@ impl HostConfig {
                     "gateway {gw} is outside {}/{}",
                     self.ip, self.prefix_len
                 ));
+            }
+            if gw == self.ip {
+                return Err(format!("gateway {gw} is our own address"));
+            }
+            if let Some(which) = self.reserved_in_subnet(gw) {
+                return Err(format!("gateway {gw} is the subnet's {which} address"));
             }
         }
         if let Some(v) = self.vlan {
@@ -111,6 +143,31 @@ mod tests {
         c.gateway = None;
         c.prefix_len = 0;
         assert!(c.in_subnet(outside));
+    }
+
+    #[test]
+    fn the_subnet_s_network_and_broadcast_addresses_are_not_hosts() {
+        let mac = EthernetAddress([2, 0, 0, 0, 0, 1]);
+        let cfg = |ip: [u8; 4], prefix| HostConfig::new(mac, Ipv4Addr::from(ip), prefix);
+        let e = cfg([10, 0, 0, 0], 24).validate().unwrap_err();
+        assert!(e.contains("network address"), "{e}");
+        let e = cfg([10, 0, 0, 255], 24).validate().unwrap_err();
+        assert!(e.contains("broadcast address"), "{e}");
+        let e = cfg([127, 0, 0, 2], 8).validate().unwrap_err();
+        assert!(e.contains("cannot be a host"), "{e}");
+        // Point-to-point links use both addresses of a /31 (RFC 3021).
+        assert!(cfg([10, 0, 0, 0], 31).validate().is_ok());
+        assert!(cfg([10, 0, 0, 1], 31).validate().is_ok());
+        assert!(cfg([10, 0, 0, 7], 32).validate().is_ok());
+
+        let mut c = cfg([10, 0, 0, 2], 24);
+        c.gateway = Some(Ipv4Addr::new(10, 0, 0, 2));
+        assert!(c.validate().unwrap_err().contains("our own address"));
+        c.gateway = Some(Ipv4Addr::new(10, 0, 0, 255));
+        let e = c.validate().unwrap_err();
+        assert!(e.contains("broadcast address"), "{e}");
+        c.gateway = Some(Ipv4Addr::new(10, 0, 0, 1));
+        assert!(c.validate().is_ok());
     }
 
     #[test]

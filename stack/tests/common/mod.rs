@@ -2,6 +2,28 @@
 //! runtime on its own thread, kernel-side interfaces and sockets. Each
 //! test is its own process under nextest (EAL is once per process), and
 //! each uses its own interface names and subnet so tests run in parallel.
+//!
+//! Subnets that tests put on kernel interfaces in the root namespace, in
+//! this crate and in `tools/tests` (two interfaces on one subnet would
+//! route one test's traffic into the other's device). Take a free one:
+//!
+//! | subnet | interface | test |
+//! |---|---|---|
+//! | 10.70.0 | ainfpq0 / ainfpq1 | tools perf_quic, two lcores |
+//! | 10.71.0 | ainfdp71 | tools dp_cli, impaired port |
+//! | 10.72.0 | ainfqc0 | quic_churn |
+//! | 10.73.0 | ainfmtu0 | kernel_udp, route MTU |
+//! | 10.74.0 - 10.76.0 | ainfq94 - ainfq96 | quic_interop, impaired links |
+//! | 10.78.0, 10.78.1 | ainfq91, ainfq92 | quic_interop |
+//! | 10.79.0 | ainfq93 | quic_interop, lossy link |
+//! | 10.81.0 - 10.84.0 | ainftap81 - 84 | tap |
+//! | 10.85.0, 10.86.0 | ainfrss85, 86 | rss |
+//! | 10.87.0 - 10.89.0 | ainfdp87 - 89 | tools dp_cli |
+//! | 10.93.0 | arenastk0 | tools arena_stack |
+//!
+//! Namespaced peers (af_xdp, 10.92.0 in tools perf_quic, the collectives'
+//! 10.98.k) and memif pairs (10.91.0) stay out of the root namespace's
+//! routing table.
 #![allow(dead_code)]
 
 use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};

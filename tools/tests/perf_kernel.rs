@@ -1,0 +1,135 @@
+//! The kernel-socket baselines of ainftp-perf end to end: `udp-echo` with
+//! `udp-pingpong` (the latency rows of bench-stack.sh) and `tcp-server`
+//! with `tcp-client` (the TCP row of bench-quic.sh), on loopback.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, ChildStderr, Command, Stdio};
+
+const PERF: &str = env!("CARGO_BIN_EXE_ainftp-perf");
+
+/// A server mode on 127.0.0.1:0, and the address it says it bound.
+fn start_server(mode: &str, says: &str) -> (Child, BufReader<ChildStderr>, String) {
+    let mut child = Command::new(PERF)
+        .args([mode, "--bind", "127.0.0.1:0", "--duration", "60", "--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start ainftp-perf");
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    let addr = loop {
+        line.clear();
+        if stderr.read_line(&mut line).unwrap_or(0) == 0 {
+            break None;
+        }
+        if let Some(rest) = line.split(says).nth(1) {
+            break rest.split_whitespace().next().map(str::to_string);
+        }
+    };
+    match addr {
+        Some(addr) => (child, stderr, addr),
+        None => {
+            let status = child.wait();
+            panic!("{mode} exited ({status:?}) before saying where it listens");
+        }
+    }
+}
+
+/// SIGINT, then the server's exit status and its JSON summary.
+fn stop_server(mut child: Child) -> serde_json::Value {
+    let pid = child.id().to_string();
+    assert!(Command::new("kill")
+        .args(["-INT", &pid])
+        .status()
+        .unwrap()
+        .success());
+    let status = child.wait().unwrap();
+    assert!(status.success(), "{status:?}");
+    let mut out = String::new();
+    std::io::Read::read_to_string(child.stdout.as_mut().unwrap(), &mut out).unwrap();
+    serde_json::from_str(out.lines().last().unwrap_or_default())
+        .unwrap_or_else(|e| panic!("last line is not JSON ({e}): {out}"))
+}
+
+fn run_json(args: &[&str]) -> serde_json::Value {
+    let out = Command::new(PERF).args(args).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{args:?}: {stderr}");
+    serde_json::from_str(stdout.lines().last().unwrap_or_default())
+        .unwrap_or_else(|e| panic!("last line is not JSON ({e}): {stdout}"))
+}
+
+#[test]
+fn pingpong_against_the_echo_counts_every_round_trip_in_ordered_percentiles() {
+    let (echo, _stderr, addr) = start_server("udp-echo", "udp echo on ");
+    let j = run_json(&[
+        "udp-pingpong",
+        "--target",
+        &addr,
+        "--count",
+        "300",
+        "--warmup",
+        "20",
+        "--size",
+        "200",
+        "--json",
+    ]);
+    assert_eq!(j["mode"], "udp-pingpong");
+    assert_eq!(j["count"], 300, "{j}");
+    assert_eq!(j["lost"], 0, "{j}");
+    assert_eq!(j["size"], 200, "{j}");
+    let q = |k: &str| j[k].as_f64().unwrap_or_else(|| panic!("{k} in {j}"));
+    assert!(q("p50_us") > 0.0, "{j}");
+    assert!(
+        q("p50_us") <= q("p99_us") && q("p99_us") <= q("p999_us") && q("p999_us") <= q("max_us"),
+        "{j}"
+    );
+    // Loopback round trips: far below the 1 s a probe may take.
+    assert!(q("p50_us") < 100_000.0, "{j}");
+
+    let summary = stop_server(echo);
+    // Every probe, warm-up included, came in once and went back once.
+    assert_eq!(summary["rx"], 320, "{summary}");
+    assert_eq!(summary["tx"], 320, "{summary}");
+    assert_eq!(summary["drops"], 0, "{summary}");
+}
+
+#[test]
+fn tcp_bulk_is_counted_by_the_server_on_every_connection() {
+    let (server, _stderr, addr) = start_server("tcp-server", "tcp server on ");
+    let j = run_json(&[
+        "tcp-client",
+        "--target",
+        &addr,
+        "--bytes",
+        "20000000",
+        "--conns",
+        "3",
+        "--json",
+    ]);
+    // The client fails unless the server counted every byte it sent.
+    assert_eq!(j["bytes"], 60_000_000u64, "{j}");
+    assert_eq!(j["conns"], 3, "{j}");
+    assert!(j["gbps"].as_f64().unwrap() > 0.0, "{j}");
+    assert_eq!(stop_server(server)["connections"], 3);
+}
+
+#[test]
+fn tcp_client_against_no_server_fails_with_the_target_named() {
+    // A port nobody listens on: bind one, note it, close it.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let target = format!("127.0.0.1:{port}");
+    let out = Command::new(PERF)
+        .args(["tcp-client", "--target", &target, "--bytes", "1000"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(stderr.contains(&target), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
