@@ -86,3 +86,44 @@ fn default_chunk_size_large_buffers() {
         }
     }
 }
+
+/// `Algo::Auto` (crate docs): recursive doubling up to `small_bytes` of
+/// f32 input (64 KiB by default) and for barriers, the ring above, at
+/// every world size; a configured `small_bytes` moves the threshold.
+#[test]
+fn auto_picks_recursive_doubling_up_to_64_kib_and_the_ring_above() {
+    use collectives::{AlgoId, Config, Engine, Op, ReduceOp};
+    let at_threshold = 64 * 1024 / 4;
+    for world in [2, 3, 8] {
+        let e = Engine::new(0, world, Config::default()).unwrap();
+        for op in [
+            Op::AllReduce(ReduceOp::Sum),
+            Op::ReduceScatter(ReduceOp::Max),
+            Op::AllGather,
+        ] {
+            assert_eq!(e.algo_for(op, 1).unwrap(), AlgoId::RecursiveDoubling);
+            assert_eq!(
+                e.algo_for(op, at_threshold).unwrap(),
+                AlgoId::RecursiveDoubling,
+                "{op:?} at 64 KiB, world {world}"
+            );
+            assert_eq!(
+                e.algo_for(op, at_threshold + 1).unwrap(),
+                AlgoId::Ring,
+                "{op:?} above 64 KiB, world {world}"
+            );
+        }
+        assert_eq!(
+            e.algo_for(Op::Barrier, 1 << 20).unwrap(),
+            AlgoId::RecursiveDoubling
+        );
+    }
+    let small = Config {
+        small_bytes: 4096,
+        ..Config::default()
+    };
+    let e = Engine::new(0, 4, small).unwrap();
+    let sum = Op::AllReduce(ReduceOp::Sum);
+    assert_eq!(e.algo_for(sum, 1024).unwrap(), AlgoId::RecursiveDoubling);
+    assert_eq!(e.algo_for(sum, 1025).unwrap(), AlgoId::Ring);
+}

@@ -231,6 +231,51 @@ fn other_collectives_match_their_references() {
     check_rows(&rows, 1e-6, true);
 }
 
+/// `--clip C` reaches the engine: inputs in [-8, 8) pass a clip of 8
+/// untouched, and a clip of 4 clamps them, so the run no longer matches
+/// its unclipped reference and fails. (The mode is given the way,
+/// `reduce_scatter`, an alias of reduce-scatter.)
+#[test]
+fn the_i16_clip_bound_is_applied_to_every_contribution() {
+    let run = |clip: &str| {
+        perf(&[
+            "reduce_scatter",
+            "--local-ranks",
+            "2",
+            "-b",
+            "64K",
+            "-e",
+            "64K",
+            "-n",
+            "1",
+            "-w",
+            "0",
+            "--codec",
+            "i16",
+            "--clip",
+            clip,
+            "--json",
+        ])
+    };
+    let rows = common::json_rows(&run("8"));
+    check_rows(&rows, 0.05, false);
+    let clamped = run("4");
+    let stderr = String::from_utf8_lossy(&clamped.stderr);
+    assert!(
+        !clamped.status.success(),
+        "clamped values must miss: {stderr}"
+    );
+    assert!(stderr.contains("wrong element(s)"), "{stderr}");
+
+    let f32_clip = perf(&["allreduce", "--local-ranks", "2", "--clip", "8"]);
+    let stderr = String::from_utf8_lossy(&f32_clip.stderr);
+    assert!(!f32_clip.status.success());
+    assert!(stderr.contains("--clip applies to --codec i16"), "{stderr}");
+    let zero = perf(&["allreduce", "--codec", "i16", "--clip", "0"]);
+    let stderr = String::from_utf8_lossy(&zero.stderr);
+    assert!(stderr.contains("not a finite number above 0"), "{stderr}");
+}
+
 #[test]
 fn lanes_split_large_buckets_and_keep_results_exact() {
     // Two lanes with parts of at least 256 KiB split buckets from 512 KiB

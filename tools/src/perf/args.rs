@@ -34,10 +34,13 @@ pub enum Mode {
     Gpu,
     /// All-reduce over QUIC between ranks (nccl-tests style; see -b/-e/-f,
     /// --local-ranks or the torchrun environment).
+    #[value(alias = "all_reduce", alias = "all-reduce")]
     Allreduce,
     /// Reduce-scatter over QUIC (same flags as allreduce).
+    #[value(alias = "reduce_scatter", alias = "reducescatter")]
     ReduceScatter,
     /// All-gather over QUIC (same flags as allreduce).
+    #[value(alias = "all_gather", alias = "all-gather")]
     Allgather,
     /// Broadcast from rank 0 over QUIC (same flags as allreduce).
     Broadcast,
@@ -383,6 +386,14 @@ pub struct PerfArgs {
     #[arg(long, value_enum, default_value_t = CollCodec::F32)]
     pub codec: CollCodec,
 
+    /// Collectives with --codec i16: the clip policy's bound C on honest
+    /// per-element magnitudes (e.g. the gradient-clipping value). Each rank
+    /// clamps its contribution to [-C, C] and every receiver clamps what a
+    /// message may carry to k*C (k: contributions it must hold), so no peer
+    /// can force a scale above N*C/32767 on the others. Default: no clip.
+    #[arg(long, value_name = "C", value_parser = parse_clip)]
+    pub clip: Option<f32>,
+
     /// Collectives: algorithm (auto: recursive doubling up to 64 KiB, ring above).
     #[arg(long, value_enum, default_value_t = CollAlgo::Auto)]
     pub algo: CollAlgo,
@@ -478,6 +489,15 @@ pub const MAX_CONNS: usize = 1024;
 /// The largest size `parse_bytes` takes (1 TiB); whether the buffers fit
 /// this machine is checked when a run starts.
 pub const MAX_BYTES: u64 = 1 << 40;
+
+/// `--clip`: a finite number above 0 (the engine refuses anything else).
+fn parse_clip(s: &str) -> Result<f32, String> {
+    match s.trim().parse::<f32>() {
+        Ok(c) if c > 0.0 && c.is_finite() => Ok(c),
+        Ok(_) => Err(format!("'{s}' is not a finite number above 0")),
+        Err(e) => Err(format!("'{s}': {e}")),
+    }
+}
 
 /// `8`, `64K`, `128M`, `1G` (powers of 1024).
 pub fn parse_bytes(s: &str) -> Result<u64, String> {

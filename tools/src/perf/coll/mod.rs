@@ -321,6 +321,11 @@ fn validate(args: &PerfArgs) -> Result<()> {
             args.timeout
         )));
     }
+    if args.clip.is_some() && args.codec != CollCodec::I16 {
+        return Err(Error::Usage(
+            "--clip applies to --codec i16 (f32 payloads carry no shared scale to protect)".into(),
+        ));
+    }
     if args.mode == Mode::Broadcast && args.op != CollOp::Sum {
         return Err(Error::Usage("--op does not apply to broadcast".into()));
     }
@@ -339,6 +344,7 @@ fn driver_config(args: &PerfArgs) -> DriverConfig {
             CollAlgo::Direct => Algo::Direct,
             CollAlgo::Rd => Algo::RecursiveDoubling,
         },
+        clip: args.clip,
         ..Config::default()
     };
     let base = DriverConfig::default();
