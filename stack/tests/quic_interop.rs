@@ -105,6 +105,9 @@ fn aioquic_client_against_our_server_on_dpdk() {
     );
     assert!(ok, "chacha20 + key update: {line}");
     assert!(line.contains("CHACHA20"), "{line}");
+    // The stream opened after the update was echoed under the new keys.
+    assert!(line.contains("\"key_phase\": 1"), "{line}");
+    assert!(line.contains("\"streams\": 2"), "{line}");
 
     let (_, apps) = finish_clean(running);
     let closed = &apps[0].service.closed;

@@ -21,7 +21,7 @@ from aioquic.asyncio.protocol import QuicConnectionProtocol
 from aioquic.quic.configuration import QuicConfiguration
 from aioquic.quic.events import (ConnectionTerminated, DatagramFrameReceived,
                                  StreamDataReceived)
-from aioquic.tls import CipherSuite
+from aioquic.tls import CipherSuite, Epoch
 
 ALPN = "ainftp-perf/1"
 
@@ -136,10 +136,18 @@ async def one_client(args, ticket_store, result):
                 expected[sid] = size
         proto.transmit()
         if args.key_update:
-            await asyncio.sleep(0.05)
+            # Update the keys mid-transfer, then open one more stream: its
+            # packets go out under the new keys only, and aioquic, whose
+            # receive keys moved too, can read the echo only if the peer
+            # followed the update.
+            await wait_until(proto, lambda: sum(map(len, proto.received.values())) > 0, 5)
+            before = quic._cryptos[Epoch.ONE_RTT].recv.key_phase
             quic.request_key_update()
+            sid = quic.get_next_available_stream_id()
+            quic.send_stream_data(sid, request(b"E", 0) + pattern(0, 65536), end_stream=True)
+            expected[sid] = 65536
             proto.transmit()
-            result["key_update"] = True
+            result["key_phase_before"] = before
         for i in range(args.datagrams):
             quic.send_datagram_frame(bytes([i % 256]) * (50 + i))
         proto.transmit()
@@ -151,11 +159,13 @@ async def one_client(args, ticket_store, result):
         want = [bytes([i % 256]) * (50 + i) for i in range(args.datagrams)]
         result.update(streams=len(expected), complete=done, mismatched=len(bad),
                       datagrams=len(got), datagrams_ok=got == want,
-                      bytes=sum(expected.values()))
+                      bytes=sum(expected.values()),
+                      key_phase=quic._cryptos[Epoch.ONE_RTT].recv.key_phase)
         quic.close(error_code=args.close_code, reason_phrase="interop done")
         proto.transmit()
         await asyncio.sleep(0.2)
-        return done and not bad and got == want
+        updated = not args.key_update or result["key_phase"] != result["key_phase_before"]
+        return done and not bad and got == want and updated
 
 
 async def run_client(args):
