@@ -11,7 +11,7 @@ use stack::io::impair::ImpairConfig;
 use stack::io::memory::{MemDatagram, MemEndpoint, MemNet};
 use stack::io::PacketIo;
 use stack::quic::perf::{
-    ClientStream, PerfServer, MODE_DISCARD, MODE_ECHO, MODE_SOURCE, PERF_ALPN,
+    request, ClientStream, PerfServer, MODE_DISCARD, MODE_ECHO, MODE_SOURCE, PERF_ALPN,
 };
 use stack::quic::{CloseReason, ConnHandle, Endpoint, Event, QuicConfig, Trust};
 
@@ -432,8 +432,65 @@ fn transfer_survives_1_5_and_10_percent_loss() {
     }
 }
 
+/// Backpressure: while the receiving application reads nothing, a stream
+/// takes exactly the receiver's window and then refuses more (0 bytes
+/// taken); once the application reads, the rest goes through. No side
+/// buffers without bound.
+#[test]
+fn a_stream_takes_only_the_peer_s_window_until_the_peer_reads() {
+    const WINDOW: u64 = 64 * 1024;
+    let dir = cluster("backpressure");
+    let server = QuicConfig {
+        stream_window: WINDOW,
+        ..node_config(&dir, "server")
+    };
+    let mut p = Pair::new(server, node_config(&dir, "client"), ImpairConfig::default());
+    assert!(p.established(Duration::from_secs(5)));
+    let conn = p.conn;
+    let body = 1 << 20;
+    let mut data = request(MODE_DISCARD, body as u64).to_vec();
+    let head = data.len();
+    data.resize(head + body, 0x5a);
+    let sid = p.client.ep.open_bidi(conn).unwrap();
+    let mut sent = 0;
+    // Only the endpoints run: the server's application is not polled.
+    for _ in 0..500 {
+        sent += p
+            .client
+            .ep
+            .stream_send(conn, sid, &data[sent..], false)
+            .unwrap();
+        p.client.drive();
+        p.server.drive();
+    }
+    assert_eq!(sent as u64, WINDOW, "taken while the peer reads nothing");
+    assert_eq!(
+        p.client
+            .ep
+            .stream_send(conn, sid, &data[sent..], false)
+            .unwrap(),
+        0
+    );
+    // The application reads (and discards): the window opens.
+    let all = p.run_until(Duration::from_secs(10), |p| {
+        // fin goes with the last byte (quiche drops it from a partial write).
+        sent += p
+            .client
+            .ep
+            .stream_send(conn, sid, &data[sent..], true)
+            .unwrap();
+        sent == data.len()
+    });
+    assert!(
+        all,
+        "{sent} of {} bytes taken after the peer read",
+        data.len()
+    );
+}
+
 #[test]
 fn handshake_survives_loss_and_corruption() {
+    let (mut dropped, mut corrupted) = (0, 0);
     for seed in 0..5 {
         let link = ImpairConfig {
             loss: 0.3,
@@ -443,7 +500,17 @@ fn handshake_survives_loss_and_corruption() {
         };
         let mut p = cluster_pair(&format!("hsloss{seed}"), link);
         assert!(p.established(Duration::from_secs(30)), "seed {seed}");
+        // Up to here only handshake packets have crossed the link.
+        for side in [&p.client, &p.server] {
+            let hit = side.io.stats().impair;
+            dropped += hit.dropped;
+            corrupted += hit.corrupted;
+        }
     }
+    // The link really lost and corrupted handshake packets on the way
+    // (the interop runner's handshakeloss and handshakecorruption).
+    assert!(dropped >= 5, "{dropped} handshake packets dropped");
+    assert!(corrupted >= 2, "{corrupted} handshake packets corrupted");
 }
 
 #[test]
