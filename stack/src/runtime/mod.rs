@@ -162,6 +162,10 @@ pub struct RunReport {
     pub per_lcore: Vec<Counters>,
     pub total: Counters,
     pub port: PortStats,
+    /// Mbufs of our pool out when the loops started (with the port up: a
+    /// PMD that keeps its receive ring stocked holds them, as net_af_xdp
+    /// does its fill ring).
+    pub mbufs_in_use_at_start: u32,
     /// Mbufs of our pool still out after the port closed (0: no leak).
     pub mbufs_in_use_after_close: u32,
 }
@@ -448,6 +452,7 @@ impl Runtime {
             impair,
             ..
         } = self;
+        let at_start = pool.in_use();
         let mut joins = Vec::new();
         let mut first = None;
         for mut w in workers {
@@ -481,6 +486,7 @@ impl Runtime {
                 per_lcore,
                 total,
                 port: port_stats,
+                mbufs_in_use_at_start: at_start,
                 mbufs_in_use_after_close: in_use,
             },
             apps,

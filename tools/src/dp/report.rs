@@ -96,6 +96,8 @@ pub struct Summary {
     pub port_rx_packets: u64,
     pub port_tx_packets: u64,
     pub port_rx_missed: u64,
+    /// Held by the PMD when the loops started (a stocked receive ring).
+    pub mbufs_in_use_at_start: u32,
     pub mbufs_in_use_after_close: u32,
     pub lcores: Vec<LcoreSummary>,
 }
@@ -113,6 +115,7 @@ impl Summary {
             port_rx_packets: run.port.rx_packets,
             port_tx_packets: run.port.tx_packets,
             port_rx_missed: run.port.rx_missed,
+            mbufs_in_use_at_start: run.mbufs_in_use_at_start,
             mbufs_in_use_after_close: run.mbufs_in_use_after_close,
             lcores: run
                 .per_lcore
@@ -167,9 +170,10 @@ impl Summary {
             }
         }
         crate::eline!(
-            "  total: rx {} ({:.0} pps) tx {} ({:.0} pps); port rx {} tx {} missed {}; mbufs still out after close: {}",
+            "  total: rx {} ({:.0} pps) tx {} ({:.0} pps); port rx {} tx {} missed {}; mbufs out at start {}, still out after close {}",
             self.rx_packets, self.rx_pps, self.tx_packets, self.tx_pps, self.port_rx_packets,
-            self.port_tx_packets, self.port_rx_missed, self.mbufs_in_use_after_close
+            self.port_tx_packets, self.port_rx_missed, self.mbufs_in_use_at_start,
+            self.mbufs_in_use_after_close
         );
     }
 }
