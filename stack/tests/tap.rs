@@ -1,6 +1,6 @@
 //! The stack on net_tap against the Linux kernel on the other side: ARP
-//! both ways, ping, UDP echo byte-exact for every size up to the MTU, many
-//! flows at once, and no mbuf leak.
+//! both ways, ping both ways, UDP echo byte-exact for every size up to the
+//! MTU, many flows at once, and no mbuf leak.
 
 mod common;
 
@@ -10,7 +10,9 @@ use common::*;
 use stack::counters::DropReason;
 use stack::io::dpdk::UdpMbuf;
 use stack::io::Datagram;
-use stack::runtime::{Echo, RuntimeConfig, Services, UdpHandler};
+use stack::runtime::{
+    Echo, PingConfig, PingState, Pinger, RuntimeConfig, Services, ServicesApp, UdpHandler,
+};
 
 #[test]
 fn kernel_pings_us_and_udp_echo_is_byte_exact_for_every_size() {
@@ -39,6 +41,56 @@ fn kernel_pings_us_and_udp_echo_is_byte_exact_for_every_size() {
     assert!(report.total.icmp_echo_replies >= 3);
     assert!(report.total.udp_out >= 1472);
     assert_eq!(report.total.dropped(DropReason::BadChecksum), 0);
+    assert_eq!(report.mbufs_in_use_after_close, 0, "mbuf leak");
+}
+
+/// The other direction: our stack pings the kernel (resolving it by ARP
+/// first) and matches each reply to its request.
+#[test]
+fn we_ping_the_kernel_and_match_its_replies() {
+    let eal = eal("0");
+    let (us, kernel) = (Ipv4Addr::new(10, 80, 0, 2), Ipv4Addr::new(10, 80, 0, 1));
+    let cfg = RuntimeConfig::new("net_tap0,iface=ainftap80", us, 24);
+    let ping = PingConfig {
+        target: kernel,
+        count: None,
+        interval: std::time::Duration::from_millis(50),
+        data_len: 56,
+    };
+    let state = PingState::new(ping, 0x5eed, None);
+    let shared = state.clone();
+    let run = Running::start_apps(&eal, &cfg, move |i| {
+        Pinger::new(
+            ServicesApp::new(Services::new()),
+            Some(shared.clone()),
+            i == 0,
+        )
+    });
+    tap_up("ainftap80", kernel, 24);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while state.lock().unwrap().replies.len() < 5 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{}",
+            state.lock().unwrap().summary()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let report = run.finish();
+    let s = state.lock().unwrap();
+    let seqs: Vec<u16> = s.replies.iter().map(|r| r.seq).collect();
+    assert!(
+        seqs.windows(2).all(|w| w[0] < w[1]),
+        "in order, once each: {seqs:?}"
+    );
+    for r in &s.replies {
+        assert_eq!((r.from, r.data_len), (kernel, 56), "{r:?}");
+        assert!(r.rtt < std::time::Duration::from_secs(1), "{r:?}");
+    }
+    assert_eq!(s.unmatched, 0);
+    assert!(s.summary().contains("received"), "{}", s.summary());
+    // Our requests went out only once the kernel's MAC was known.
+    assert!(report.total.arp_requests_out >= 2, "{report:?}");
     assert_eq!(report.mbufs_in_use_after_close, 0, "mbuf leak");
 }
 

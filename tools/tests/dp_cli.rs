@@ -117,7 +117,20 @@ fn bad_input_gets_one_clear_line() {
 
 #[test]
 fn answers_ping_and_udp_on_a_tap_device_and_stops_cleanly_on_sigterm() {
-    let child = start_on_tap("ainfdp88", 88, &["--stats-period", "0.5", "--json"]);
+    // It also pings the kernel side, 10.88.0.1 (up once start_on_tap returns).
+    let child = start_on_tap(
+        "ainfdp88",
+        88,
+        &[
+            "--stats-period",
+            "0.5",
+            "--json",
+            "--ping",
+            "10.88.0.1",
+            "--ping-interval",
+            "0.1",
+        ],
+    );
     let ping = sh("ping -c 3 -i 0.2 -W 2 10.88.0.2");
     let ping_text = String::from_utf8_lossy(&ping.stdout);
     assert!(ping_text.contains("3 received"), "{ping_text}");
@@ -141,6 +154,16 @@ fn answers_ping_and_udp_on_a_tap_device_and_stops_cleanly_on_sigterm() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     let json: serde_json::Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
     assert_eq!(json["mbufs_in_use_after_close"], 0, "{json}");
+    // Our pings to the kernel: about 13 in 1.3 s; the first may go out
+    // before the kernel side has its address.
+    let ping = &json["ping"];
+    assert_eq!(ping["target"], "10.88.0.1", "{json}");
+    assert!(ping["received"].as_u64().unwrap() >= 5, "{json}");
+    assert_eq!(ping["unmatched"], 0, "{json}");
+    assert!(
+        stderr.contains("64 bytes from 10.88.0.1: icmp_seq=") && stderr.contains("received"),
+        "{stderr}"
+    );
     assert!(
         json["lcores"][0]["icmp_echo_replies"].as_u64().unwrap() >= 3,
         "{json}"

@@ -28,6 +28,9 @@ const ETHERTYPE_ARP: u16 = 0x0806;
 const IP_PROTO_ICMP: u8 = 1;
 const IP_PROTO_UDP: u8 = 17;
 const ICMP_ECHO_REQUEST: u8 = 8;
+const ICMP_ECHO_REPLY: u8 = 0;
+/// Echo replies kept for the pinger between its polls; more are dropped.
+const MAX_ECHO_REPLIES: usize = 64;
 /// Ethernet frames are padded to this length (without FCS).
 pub const MIN_FRAME: usize = 60;
 
@@ -52,6 +55,16 @@ pub enum Verdict {
     Drop(DropReason),
 }
 
+/// An ICMP echo reply that reached us (an answer to our own ping).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EchoReply {
+    pub from: Ipv4Addr,
+    pub ident: u16,
+    pub seq: u16,
+    /// ICMP data bytes.
+    pub data_len: usize,
+}
+
 /// How the port handles checksums on transmit.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct TxOffload {
@@ -67,6 +80,7 @@ pub struct Host<P> {
     /// fills in the destination and sends them.
     released: Vec<(EthernetAddress, P)>,
     ident: u16,
+    echo_replies: Vec<EchoReply>,
 }
 
 impl<P> Host<P> {
@@ -80,7 +94,13 @@ impl<P> Host<P> {
             neighbours,
             released: Vec::new(),
             ident: 0,
+            echo_replies: Vec::new(),
         }
+    }
+
+    /// Echo replies received since the last call (at most 64 are kept).
+    pub fn take_echo_replies(&mut self) -> std::vec::Drain<'_, EchoReply> {
+        self.echo_replies.drain(..)
     }
 
     pub fn config(&self) -> &HostConfig {
@@ -241,6 +261,7 @@ impl<P> Host<P> {
     fn on_icmp(&mut self, frame: &mut [u8], l2_len: usize, counters: &mut Counters) -> Verdict {
         let mut ip = Ipv4Packet::new_unchecked(&mut frame[l2_len..]);
         let total = ip.total_len() as usize;
+        let from = ip.src_addr();
         {
             let mut icmp = match Icmpv4Packet::new_checked(&mut ip.payload_mut()[..]) {
                 Ok(p) => p,
@@ -248,6 +269,17 @@ impl<P> Host<P> {
             };
             if !icmp.verify_checksum() {
                 return Verdict::Drop(DropReason::BadChecksum);
+            }
+            if icmp.msg_type() == ICMP_ECHO_REPLY && icmp.code() == 0 {
+                if self.echo_replies.len() < MAX_ECHO_REPLIES {
+                    self.echo_replies.push(EchoReply {
+                        from,
+                        ident: icmp.echo_ident(),
+                        seq: icmp.echo_seq_no(),
+                        data_len: icmp.data().len(),
+                    });
+                }
+                return Verdict::Consumed;
             }
             if icmp.msg_type() != ICMP_ECHO_REQUEST || icmp.code() != 0 {
                 return Verdict::Consumed;
@@ -267,6 +299,63 @@ impl<P> Host<P> {
         Verdict::Reply {
             len: (l2_len + total).max(MIN_FRAME.min(frame.len())),
         }
+    }
+
+    /// Write an ICMP echo request to `dst` (`data_len` data bytes, a byte
+    /// pattern) into `frame`, for the next hop `dst_mac`; checksums in
+    /// software (NICs do not offload ICMP). Returns the frame length
+    /// (padded to 60 bytes); `frame` must hold `echo_request_len`.
+    pub fn write_echo_request(
+        &mut self,
+        frame: &mut [u8],
+        dst_mac: EthernetAddress,
+        dst: Ipv4Addr,
+        ident: u16,
+        seq: u16,
+        data_len: usize,
+    ) -> usize {
+        let l2 = self.eth_header_len();
+        EthernetRepr {
+            src_addr: self.cfg.mac,
+            dst_addr: dst_mac,
+            ethertype: ETHERTYPE_IPV4,
+            vlan_id: self.cfg.vlan,
+        }
+        .emit(&mut frame[..l2])
+        .expect("our VLAN id was validated");
+        self.ident = self.ident.wrapping_add(1);
+        let icmp_len = wire::ICMPV4_HEADER_LEN + data_len;
+        Ipv4Repr {
+            src_addr: self.cfg.ip,
+            dst_addr: dst,
+            protocol: IP_PROTO_ICMP,
+            payload_len: icmp_len,
+            ttl: self.cfg.ttl,
+            ident: self.ident,
+            dont_frag: true,
+        }
+        .emit(&mut frame[l2..], ChecksumMode::Software)
+        .expect("the frame holds the echo request");
+        let l4 = l2 + wire::IPV4_HEADER_LEN;
+        let data = &mut frame[l4 + wire::ICMPV4_HEADER_LEN..l4 + icmp_len];
+        for (i, b) in data.iter_mut().enumerate() {
+            *b = i as u8;
+        }
+        let mut icmp = Icmpv4Packet::new_unchecked(&mut frame[l4..l4 + icmp_len]);
+        icmp.set_msg_type(ICMP_ECHO_REQUEST);
+        icmp.set_code(0);
+        icmp.set_echo_ident(ident);
+        icmp.set_echo_seq_no(seq);
+        icmp.fill_checksum();
+        let len = (l4 + icmp_len).max(MIN_FRAME);
+        frame[l4 + icmp_len..len].fill(0);
+        len
+    }
+
+    /// Bytes `write_echo_request` needs for `data_len` data bytes.
+    pub fn echo_request_len(&self, data_len: usize) -> usize {
+        (self.eth_header_len() + wire::IPV4_HEADER_LEN + wire::ICMPV4_HEADER_LEN + data_len)
+            .max(MIN_FRAME)
     }
 
     /// Write an ARP frame (our VLAN, padded to 60 bytes) into `buf`.
@@ -546,6 +635,46 @@ mod tests {
             }
         );
         assert_eq!(c.icmp_echo_replies, 1);
+    }
+
+    /// Our echo request, answered by another host, comes back to us as an
+    /// `EchoReply` with its identifier and sequence number.
+    #[test]
+    fn our_echo_request_is_answered_and_the_reply_recorded() {
+        let mut us = host();
+        let peer_cfg = HostConfig::new(PEER, PEER_IP, 24);
+        let mut peer: Host<Vec<u8>> = Host::new(Arc::new(peer_cfg), NeighbourTable::new());
+        let mut c = Counters::default();
+        for data_len in [0, 18, 56, 1000] {
+            let mut f = vec![0u8; us.echo_request_len(data_len)];
+            let len = us.write_echo_request(&mut f, PEER, PEER_IP, 0x4242, 9, data_len);
+            assert_eq!(len, f.len());
+            let Verdict::Reply { len } = classify(&mut peer, &mut f, &mut c) else {
+                panic!("the peer does not answer our {data_len}-byte request");
+            };
+            assert_eq!(classify(&mut us, &mut f[..len], &mut c), Verdict::Consumed);
+            let got: Vec<EchoReply> = us.take_echo_replies().collect();
+            assert_eq!(
+                got,
+                [EchoReply {
+                    from: PEER_IP,
+                    ident: 0x4242,
+                    seq: 9,
+                    data_len,
+                }],
+                "{data_len} data bytes"
+            );
+        }
+        // Beyond the bound, replies are not kept.
+        for seq in 0..100 {
+            let mut f = vec![0u8; us.echo_request_len(8)];
+            us.write_echo_request(&mut f, PEER, PEER_IP, 1, seq, 8);
+            let Verdict::Reply { len } = classify(&mut peer, &mut f, &mut c) else {
+                panic!("no reply");
+            };
+            classify(&mut us, &mut f[..len], &mut c);
+        }
+        assert_eq!(us.take_echo_replies().count(), MAX_ECHO_REPLIES);
     }
 
     #[test]

@@ -10,7 +10,7 @@ use dpdk_ffi::ring::{Consumer, Mpmc, Producer, Spsc};
 use dpdk_ffi::{CsumStatus, Mbuf, MbufBatch, Mempool, PortFeatures, RxChecksum, RxQueue, TxQueue};
 
 use crate::counters::{Counters, DropReason};
-use crate::host::{Host, Resolve, TxOffload, Verdict};
+use crate::host::{EchoReply, Host, Resolve, TxOffload, Verdict};
 use crate::io::{CountedIo, Datagram, PacketIo};
 use crate::rss::{udp4_hash, QueueMap};
 use crate::wire::{EthernetAddress, EthernetFrame, Ipv4Packet};
@@ -244,6 +244,55 @@ impl DpdkIo {
         let _ = m.trim(64 - len);
         self.counters.arp_requests_out += 1;
         self.hold(m);
+    }
+
+    /// Send an ICMP echo request to `dst` (through the gateway outside the
+    /// subnet; queued while its next hop resolves). False when there is no
+    /// route, no mbuf, or the frame would not fit one.
+    pub fn send_echo_request(
+        &mut self,
+        dst: Ipv4Addr,
+        ident: u16,
+        seq: u16,
+        data_len: usize,
+        now: Instant,
+    ) -> bool {
+        let Some(hop) = self.host.config().next_hop(dst) else {
+            self.counters.drop(DropReason::NoRoute);
+            return false;
+        };
+        let Ok(mut m) = self.pool.alloc() else {
+            self.counters.drop(DropReason::NoMbuf);
+            return false;
+        };
+        let len = self.host.echo_request_len(data_len);
+        let Ok(frame) = m.append(len) else {
+            self.counters.drop(DropReason::Truncated);
+            return false;
+        };
+        let mac = self.host.neighbours().lookup(hop, now);
+        let zero = EthernetAddress([0; 6]);
+        self.host
+            .write_echo_request(frame, mac.unwrap_or(zero), dst, ident, seq, data_len);
+        if mac.is_some() {
+            self.hold(m);
+        } else {
+            match self.host.neighbours().enqueue(hop, m, now) {
+                (Resolve::SendRequest(ip), _) => self.send_arp_request(ip),
+                (Resolve::Waiting, _) => {}
+                (Resolve::Full, _) => {
+                    self.counters.drop(DropReason::Unresolved);
+                    return false;
+                }
+            }
+        }
+        self.flush();
+        true
+    }
+
+    /// Echo replies this lcore received since the last call.
+    pub fn take_echo_replies(&mut self, out: &mut Vec<EchoReply>) {
+        out.extend(self.host.take_echo_replies());
     }
 
     /// Queue a finished frame for the tx queue.

@@ -6,6 +6,7 @@
 pub mod app;
 pub mod idle;
 pub mod inline;
+pub mod ping;
 pub mod services;
 
 use std::net::Ipv4Addr;
@@ -26,6 +27,7 @@ use crate::wire::EthernetAddress;
 pub use app::{LcoreApp, ServicesApp};
 pub use idle::{Backoff, IdlePolicy};
 pub use inline::InlineStack;
+pub use ping::{EchoIo, PingConfig, PingReply, PingState, Pinger};
 pub use services::{Echo, Services, UdpHandler};
 
 #[derive(Debug, thiserror::Error)]

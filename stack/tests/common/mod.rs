@@ -16,7 +16,7 @@
 //! | 10.74.0 - 10.76.0 | ainfq94 - ainfq96 | quic_interop, impaired links |
 //! | 10.78.0, 10.78.1 | ainfq91, ainfq92 | quic_interop |
 //! | 10.79.0 | ainfq93 | quic_interop, lossy link |
-//! | 10.81.0 - 10.84.0 | ainftap81 - 84 | tap |
+//! | 10.80.0 - 10.84.0 | ainftap80 - 84 | tap |
 //! | 10.85.0, 10.86.0 | ainfrss85, 86 | rss |
 //! | 10.87.0 - 10.89.0 | ainfdp87 - 89 | tools dp_cli |
 //! | 10.93.0 | arenastk0 | tools arena_stack |

@@ -22,6 +22,7 @@ ainftp-dp --ip 10.0.0.2/24 --udp-echo 7   # on a new TAP device, dtap0; then:\n 
 ip addr add 10.0.0.1/24 dev dtap0; ip link set dtap0 up; ping 10.0.0.2\n  \
 ainftp-dp --lcores 2-7 --pci 0000:3b:00.0 --ip 10.0.0.2/24 --gateway 10.0.0.1\n  \
 ainftp-dp --vdev net_af_xdp0,iface=veth1 --ip 10.9.0.2/24 --udp-echo 9000\n  \
+ainftp-dp --pci 0000:3b:00.0 --ip 10.0.0.2/24 --ping 10.0.0.1 --ping-count 3\n  \
 ainftp-dp --config node.toml --duration 60\n\n\
 Subcommand:\n  \
 ainftp-dp certs --dir /etc/ainftp --ca --node node0   # see certs --help"
@@ -108,6 +109,20 @@ pub struct DpArgs {
     /// Impair what we send, for experiments: e.g. loss=0.05,delay=2ms,jitter=1ms,dup=0.01,reorder=0.1,corrupt=0.001,seed=7.
     #[arg(long, value_name = "SPEC")]
     pub impair: Option<String>,
+
+    /// Ping this address from our stack (ICMP echo requests, as `ping`
+    /// sends them; through --gateway outside the subnet): each reply is
+    /// printed, and the summary counts them.
+    #[arg(long, value_name = "ADDR")]
+    pub ping: Option<String>,
+
+    /// Echo requests to send with --ping [default: until stopped].
+    #[arg(long, value_name = "N")]
+    pub ping_count: Option<u32>,
+
+    /// Seconds between echo requests with --ping [default: 1].
+    #[arg(long, value_name = "SECS", allow_negative_numbers = true)]
+    pub ping_interval: Option<f64>,
 
     /// Seconds between statistics lines; 0: only the final summary [default: 1].
     #[arg(long, value_name = "SECS", allow_negative_numbers = true)]

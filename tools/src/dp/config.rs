@@ -6,7 +6,8 @@ use std::path::Path;
 use std::time::Duration;
 
 use serde::Deserialize;
-use stack::runtime::{IdlePolicy, RuntimeConfig, SteeringMode};
+use stack::host::HostConfig;
+use stack::runtime::{IdlePolicy, PingConfig, RuntimeConfig, SteeringMode};
 use stack::wire::EthernetAddress;
 
 use super::args::DpArgs;
@@ -37,6 +38,9 @@ pub struct FileConfig {
     pub mbuf_arena: Option<bool>,
     pub checksum_offload: Option<bool>,
     pub impair: Option<String>,
+    pub ping: Option<String>,
+    pub ping_count: Option<u32>,
+    pub ping_interval: Option<f64>,
     pub stats_period: Option<f64>,
     pub duration: Option<f64>,
     #[serde(default)]
@@ -68,6 +72,8 @@ pub struct Plan {
     pub pci: Vec<String>,
     pub runtime: RuntimeConfig,
     pub udp_echo: Vec<u16>,
+    /// `--ping`: echo requests from our stack.
+    pub ping: Option<PingConfig>,
     /// Packet buffers in a gpudirect arena (`--mbuf-arena`).
     pub mbuf_arena: bool,
     pub stats_period: Option<Duration>,
@@ -196,6 +202,7 @@ pub fn plan(args: &DpArgs) -> Result<Plan> {
     {
         return Err(Error::Usage(format!("--udp-echo {port} is given twice")));
     }
+    let ping = ping_plan(args, &file, &rt)?;
     let stats_period = seconds(
         "--stats-period",
         args.stats_period.or(file.stats_period).unwrap_or(1.0),
@@ -208,12 +215,68 @@ pub fn plan(args: &DpArgs) -> Result<Plan> {
         pci: pci.into_iter().collect(),
         runtime: rt,
         udp_echo,
+        ping,
         mbuf_arena: args.mbuf_arena || file.mbuf_arena.unwrap_or(false),
         stats_period,
         duration,
         eal,
         default_tap,
     })
+}
+
+/// ICMP data bytes per echo request, as `ping` sends by default.
+const PING_DATA_BYTES: usize = 56;
+
+/// `--ping ADDR [--ping-count N] [--ping-interval SECS]` (flags over the
+/// file): an address we can route to, other than our own.
+fn ping_plan(args: &DpArgs, file: &FileConfig, rt: &RuntimeConfig) -> Result<Option<PingConfig>> {
+    let count = args.ping_count.or(file.ping_count);
+    let interval = args.ping_interval.or(file.ping_interval);
+    let Some(target) = args.ping.as_ref().or(file.ping.as_ref()) else {
+        if count.is_some() || interval.is_some() {
+            return Err(Error::Usage(
+                "--ping-count and --ping-interval go with --ping ADDR".into(),
+            ));
+        }
+        return Ok(None);
+    };
+    let target: Ipv4Addr = target
+        .parse()
+        .map_err(|_| Error::Usage(format!("--ping {target:?} is not an IPv4 address")))?;
+    // The runtime's routing (the MAC is the port's, not known yet, and
+    // plays no part in it).
+    let mut host = HostConfig::new(EthernetAddress([2, 0, 0, 0, 0, 1]), rt.ip, rt.prefix_len);
+    host.gateway = rt.gateway;
+    if target == host.ip {
+        return Err(Error::Usage(format!("--ping {target} is our own address")));
+    }
+    if target.is_unspecified() || target.is_multicast() || target.is_broadcast() {
+        return Err(Error::Usage(format!("--ping {target}: not a host address")));
+    }
+    if host.next_hop(target).is_none() {
+        return Err(Error::Usage(format!(
+            "--ping {target} is outside {}/{} and there is no --gateway",
+            host.ip, host.prefix_len
+        )));
+    }
+    if count == Some(0) {
+        return Err(Error::Usage("--ping-count 0: give 1 or more".into()));
+    }
+    let interval = match interval {
+        None => Duration::from_secs(1),
+        Some(s) if (0.001..=3600.0).contains(&s) => Duration::from_secs_f64(s),
+        Some(s) => {
+            return Err(Error::Usage(format!(
+                "--ping-interval {s}: give 0.001 to 3600 seconds"
+            )))
+        }
+    };
+    Ok(Some(PingConfig {
+        target,
+        count,
+        interval,
+        data_len: PING_DATA_BYTES,
+    }))
 }
 
 /// The kernel's isolated CPUs (`isolcpus=`), in the Linux list syntax.
@@ -374,6 +437,61 @@ mod tests {
         ]))
         .unwrap();
         assert_eq!(p.runtime.idle, IdlePolicy::Busy);
+    }
+
+    #[test]
+    fn ping_takes_a_routable_address_and_its_options() {
+        let base = ["--ip", "10.0.0.2/24", "--lcores", "0"];
+        let with = |extra: &[&str]| {
+            let mut v = base.to_vec();
+            v.extend_from_slice(extra);
+            plan(&args(&v))
+        };
+        let p = with(&[
+            "--ping",
+            "10.0.0.1",
+            "--ping-count",
+            "3",
+            "--ping-interval",
+            "0.2",
+        ])
+        .unwrap()
+        .ping
+        .unwrap();
+        assert_eq!(p.target, Ipv4Addr::new(10, 0, 0, 1));
+        assert_eq!(p.count, Some(3));
+        assert_eq!(p.interval, Duration::from_millis(200));
+        assert_eq!(p.data_len, 56);
+        let p = with(&["--ping", "10.0.0.1"]).unwrap().ping.unwrap();
+        assert_eq!((p.count, p.interval), (None, Duration::from_secs(1)));
+        assert!(with(&[]).unwrap().ping.is_none());
+        // Outside the subnet only through a gateway.
+        assert!(with(&["--ping", "8.8.8.8", "--gateway", "10.0.0.1"])
+            .unwrap()
+            .ping
+            .is_some());
+        for (extra, needle) in [
+            (vec!["--ping", "8.8.8.8"], "no --gateway"),
+            (vec!["--ping", "10.0.0.2"], "our own address"),
+            (vec!["--ping", "10.0.0"], "not an IPv4 address"),
+            (vec!["--ping", "224.0.0.1"], "not a host address"),
+            (vec!["--ping-count", "3"], "go with --ping ADDR"),
+            (
+                vec!["--ping", "10.0.0.1", "--ping-count", "0"],
+                "--ping-count 0",
+            ),
+            (
+                vec!["--ping", "10.0.0.1", "--ping-interval", "0"],
+                "--ping-interval",
+            ),
+            (
+                vec!["--ping", "10.0.0.1", "--ping-interval", "-1"],
+                "--ping-interval",
+            ),
+        ] {
+            let e = with(&extra).unwrap_err().to_string();
+            assert!(e.contains(needle), "{extra:?}: {e}");
+        }
     }
 
     #[test]

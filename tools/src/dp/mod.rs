@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use stack::runtime::{Echo, Runtime, Services};
+use stack::runtime::{Echo, PingState, Pinger, Runtime, Services, ServicesApp};
 
 use crate::arena_pool::ArenaPool;
 use crate::eal_setup::{self, EalOptions};
@@ -71,23 +71,44 @@ pub fn run(args: &args::DpArgs) -> Result<Summary> {
         std::thread::spawn(move || report::watch(&stop, &counters, &lcores, period, duration))
     };
     let echo_ports = plan.udp_echo.clone();
+    let ping = plan.ping.map(|cfg| {
+        crate::eline!(
+            "ainftp-dp: pinging {} with {} data bytes every {:.3} s",
+            cfg.target,
+            cfg.data_len,
+            cfg.interval.as_secs_f64()
+        );
+        let print = |r: &stack::runtime::PingReply| {
+            crate::eline!(
+                "ainftp-dp: {} bytes from {}: icmp_seq={} time={:.1} us",
+                r.data_len + 8,
+                r.from,
+                r.seq,
+                r.rtt.as_secs_f64() * 1e6
+            );
+        };
+        // Our identifier, as ping's: the low bits of the process id.
+        PingState::new(cfg, std::process::id() as u16, Some(Box::new(print)))
+    });
     let started = Instant::now();
-    let result = runtime.run(stop.clone(), |_| {
+    let result = runtime.run_apps(stop.clone(), |i| {
         let mut s = Services::new();
         for &p in &echo_ports {
             s.listen(p, Box::new(Echo));
         }
-        s
+        // lcore 0 sends the requests; every lcore takes the replies it gets.
+        Pinger::new(ServicesApp::new(s), ping.clone(), i == 0)
     });
     stop.store(true, Ordering::Relaxed);
     let _ = watcher.join();
-    let run = result?;
-    let summary = Summary::new(
+    let (run, _) = result?;
+    let mut summary = Summary::new(
         &run,
         &lcores,
         started.elapsed().max(Duration::from_millis(1)),
         plan.runtime.impair.is_some(),
     );
+    summary.ping = ping.map(|p| report::PingSummary::new(&p.lock().expect("ping state")));
     summary.print();
     Ok(summary)
 }

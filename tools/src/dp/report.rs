@@ -86,6 +86,39 @@ pub struct ImpairedSummary {
     pub corrupted: u64,
 }
 
+/// `--ping`: requests sent, replies matched, round trips.
+#[derive(Debug, Clone, Serialize)]
+pub struct PingSummary {
+    pub target: String,
+    pub sent: u32,
+    pub received: u32,
+    /// Requests the port could not send (no mbuf, no route).
+    pub unsent: u32,
+    /// Replies to no request in flight (duplicates).
+    pub unmatched: u32,
+    pub rtt_us: Vec<f64>,
+    #[serde(skip)]
+    line: String,
+}
+
+impl PingSummary {
+    pub fn new(state: &stack::runtime::PingState) -> PingSummary {
+        PingSummary {
+            target: state.config().target.to_string(),
+            sent: state.sent,
+            received: state.replies.len() as u32,
+            unsent: state.unsent,
+            unmatched: state.unmatched,
+            rtt_us: state
+                .replies
+                .iter()
+                .map(|r| r.rtt.as_secs_f64() * 1e6)
+                .collect(),
+            line: state.summary(),
+        }
+    }
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub struct Summary {
     pub seconds: f64,
@@ -100,6 +133,8 @@ pub struct Summary {
     pub mbufs_in_use_at_start: u32,
     pub mbufs_in_use_after_close: u32,
     pub lcores: Vec<LcoreSummary>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ping: Option<PingSummary>,
 }
 
 impl Summary {
@@ -145,6 +180,7 @@ impl Summary {
                     }),
                 })
                 .collect(),
+            ping: None,
         }
     }
 
@@ -175,5 +211,8 @@ impl Summary {
             self.port_tx_packets, self.port_rx_missed, self.mbufs_in_use_at_start,
             self.mbufs_in_use_after_close
         );
+        if let Some(p) = &self.ping {
+            crate::eline!("  {}", p.line);
+        }
     }
 }
