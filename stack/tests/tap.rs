@@ -202,3 +202,220 @@ fn impairment_on_a_real_port_drops_what_it_says() {
     assert!(dropped >= 140, "impaired drops counted: {dropped}");
     assert_eq!(report.mbufs_in_use_after_close, 0, "mbuf leak");
 }
+
+/// Off the subnet through the gateway: the kernel side is our gateway and
+/// also holds 192.0.2.1/32, an address outside our subnet. Our ping to it
+/// and our UDP replies to it go to the gateway's MAC, and come back.
+#[test]
+fn outside_the_subnet_we_send_through_the_gateway() {
+    let eal = eal("0");
+    let (us, gw) = (Ipv4Addr::new(10, 69, 0, 2), Ipv4Addr::new(10, 69, 0, 1));
+    let far = Ipv4Addr::new(192, 0, 2, 1);
+    let mut cfg = RuntimeConfig::new("net_tap0,iface=ainftap69", us, 24);
+    cfg.gateway = Some(gw);
+    let ping = PingConfig {
+        target: far,
+        count: None,
+        interval: std::time::Duration::from_millis(50),
+        data_len: 56,
+    };
+    let state = PingState::new(ping, 0x6969, None);
+    let shared = state.clone();
+    let run = Running::start_apps(&eal, &cfg, move |i| {
+        let mut s = Services::new();
+        s.listen(7, Box::new(Reverse));
+        Pinger::new(ServicesApp::new(s), Some(shared.clone()), i == 0)
+    });
+    tap_up("ainftap69", gw, 24);
+    sh(&format!("ip addr add {far}/32 dev ainftap69"));
+    let sock = udp_socket(far);
+    sock.send_to(b"via the gateway", SocketAddrV4::new(us, 7))
+        .unwrap();
+    let mut buf = [0u8; 64];
+    let (n, _) = recv(&sock, &mut buf).expect("a reply routed through the gateway");
+    assert_eq!(&buf[..n], b"yawetag eht aiv");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while state.lock().unwrap().replies.len() < 3 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{}",
+            state.lock().unwrap().summary()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let report = run.finish();
+    assert!(state.lock().unwrap().replies.iter().all(|r| r.from == far));
+    assert_eq!(report.total.dropped(DropReason::NoRoute), 0);
+    assert_eq!(report.mbufs_in_use_after_close, 0, "mbuf leak");
+}
+
+/// Without a gateway, a reply for an address outside the subnet has no
+/// route: dropped and counted, not sent to some guessed MAC.
+#[test]
+fn without_a_gateway_replies_off_the_subnet_are_dropped_as_no_route() {
+    let eal = eal("0");
+    let (us, kernel) = (Ipv4Addr::new(10, 68, 0, 2), Ipv4Addr::new(10, 68, 0, 1));
+    let far = Ipv4Addr::new(192, 0, 2, 2);
+    let cfg = RuntimeConfig::new("net_tap0,iface=ainftap68", us, 24);
+    let run = Running::start(&eal, &cfg, |_| {
+        let mut s = Services::new();
+        s.listen(7, Box::new(Reverse));
+        s
+    });
+    tap_up("ainftap68", kernel, 24);
+    sh(&format!("ip addr add {far}/32 dev ainftap68"));
+    let sock = udp_socket(far);
+    let mut buf = [0u8; 64];
+    for _ in 0..3 {
+        sock.send_to(b"no way back", SocketAddrV4::new(us, 7))
+            .unwrap();
+        assert!(
+            recv(&sock, &mut buf).is_err(),
+            "a reply came without a route"
+        );
+    }
+    let report = run.finish();
+    assert!(report.total.udp_in >= 3, "{report:?}");
+    assert_eq!(report.total.dropped(DropReason::NoRoute), 3, "{report:?}");
+    assert_eq!(report.mbufs_in_use_after_close, 0, "mbuf leak");
+}
+
+/// On a VLAN (id 5). This kernel has no 802.1Q module, so its side of the
+/// TAP device speaks through packet sockets (sending with pnet, reading
+/// the tags with tests/tap/vlan_listen.py): tagged ARP, ping and UDP get
+/// tagged replies, and the same UDP untagged or on VLAN 6 is dropped as
+/// wrong_vlan.
+#[test]
+fn on_a_vlan_everything_runs_tagged() {
+    use stack::wire::{
+        ArpOperation, ArpRepr, ChecksumMode, EthernetAddress, EthernetRepr, Icmpv4Repr, Ipv4Repr,
+        UdpRepr,
+    };
+    const IFACE: &str = "ainftap67";
+    let eal = eal("0");
+    let (us, them) = (Ipv4Addr::new(10, 67, 0, 2), Ipv4Addr::new(10, 67, 0, 1));
+    let their_mac = EthernetAddress([2, 0, 0, 0, 0x67, 1]);
+    let mut cfg = RuntimeConfig::new(&format!("net_tap0,iface={IFACE}"), us, 24);
+    cfg.vlan = Some(5);
+    let run = Running::start(&eal, &cfg, |_| {
+        let mut s = Services::new();
+        s.listen(7, Box::new(Echo));
+        s
+    });
+    let our_mac = EthernetAddress(run.mac);
+    // No IPv6 chatter from the kernel's side.
+    sh(&format!(
+        "echo 1 > /proc/sys/net/ipv6/conf/{IFACE}/disable_ipv6 && ip link set {IFACE} up"
+    ));
+    let iface = pnet_datalink::interfaces()
+        .into_iter()
+        .find(|i| i.name == IFACE)
+        .expect("the TAP interface");
+    let pnet_datalink::Channel::Ethernet(mut tx, _) =
+        pnet_datalink::channel(&iface, pnet_datalink::Config::default()).unwrap()
+    else {
+        panic!("not an Ethernet channel")
+    };
+    // What we send, tag included, as the kernel's side receives it: our
+    // three replies.
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/tap/vlan_listen.py");
+    let mac_hex: String = our_mac
+        .as_bytes()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let mut listener = std::process::Command::new("python3")
+        .args([script, IFACE, &mac_hex, "3"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("python3");
+    let mut lines =
+        std::io::BufRead::lines(std::io::BufReader::new(listener.stdout.take().unwrap()));
+    assert_eq!(lines.next().unwrap().unwrap(), "ready");
+    let frame = |dst: EthernetAddress, vlan: Option<u16>, ethertype: u16, l3: &[u8]| {
+        let eth = EthernetRepr {
+            src_addr: their_mac,
+            dst_addr: dst,
+            ethertype,
+            vlan_id: vlan,
+        };
+        let mut f = vec![0u8; eth.header_len() + l3.len()];
+        eth.emit(&mut f).unwrap();
+        f[eth.header_len()..].copy_from_slice(l3);
+        f
+    };
+    let ipv4 = |protocol: u8, l4: &[u8]| {
+        let mut b = vec![0u8; 20 + l4.len()];
+        b[20..].copy_from_slice(l4);
+        Ipv4Repr {
+            src_addr: them,
+            dst_addr: us,
+            protocol,
+            payload_len: l4.len(),
+            ttl: 64,
+            ident: 1,
+            dont_frag: true,
+        }
+        .emit(&mut b, ChecksumMode::Software)
+        .unwrap();
+        b
+    };
+    let udp = |payload: &[u8]| {
+        let mut b = vec![0u8; 8 + payload.len()];
+        b[8..].copy_from_slice(payload);
+        let repr = UdpRepr {
+            src_port: 4000,
+            dst_port: 7,
+        };
+        repr.emit(&mut b, payload.len(), them, us, ChecksumMode::Software)
+            .unwrap();
+        ipv4(17, &b)
+    };
+    // The next frame from us: its VLAN ("none" untagged) and ethertype.
+    let mut from_us = || lines.next().expect("a frame from us").unwrap();
+
+    let arp = ArpRepr {
+        operation: ArpOperation::Request,
+        source_hardware_addr: their_mac,
+        source_protocol_addr: them,
+        target_hardware_addr: EthernetAddress([0; 6]),
+        target_protocol_addr: us,
+    };
+    let mut a = vec![0u8; arp.buffer_len()];
+    arp.emit(&mut a).unwrap();
+    tx.send_to(
+        &frame(EthernetAddress::BROADCAST, Some(5), 0x0806, &a),
+        None,
+    )
+    .unwrap()
+    .unwrap();
+    assert_eq!(from_us(), "5 0806", "a tagged ARP reply");
+
+    let echo = Icmpv4Repr::EchoRequest {
+        ident: 0x67,
+        seq_no: 1,
+        data: b"tagged ping",
+    };
+    let mut e = vec![0u8; echo.buffer_len()];
+    echo.emit(&mut e).unwrap();
+    tx.send_to(&frame(our_mac, Some(5), 0x0800, &ipv4(1, &e)), None)
+        .unwrap()
+        .unwrap();
+    assert_eq!(from_us(), "5 0800", "a tagged echo reply");
+
+    for wrong in [None, Some(6)] {
+        tx.send_to(&frame(our_mac, wrong, 0x0800, &udp(b"wrong vlan")), None)
+            .unwrap()
+            .unwrap();
+    }
+    tx.send_to(&frame(our_mac, Some(5), 0x0800, &udp(b"right vlan")), None)
+        .unwrap()
+        .unwrap();
+    assert_eq!(from_us(), "5 0800", "a tagged UDP echo");
+    assert!(listener.wait().unwrap().success());
+
+    let report = run.finish();
+    assert_eq!(report.total.dropped(DropReason::WrongVlan), 2, "{report:?}");
+    assert_eq!(report.total.icmp_echo_replies, 1);
+    assert_eq!(report.mbufs_in_use_after_close, 0, "mbuf leak");
+}

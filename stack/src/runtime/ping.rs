@@ -87,11 +87,7 @@ pub struct PingState {
 impl PingState {
     /// `ident` tells our replies from other pings' (the process id, say);
     /// `on_reply` sees each reply as it arrives (to print it).
-    pub fn new(
-        config: PingConfig,
-        ident: u16,
-        on_reply: Option<OnReply>,
-    ) -> Arc<Mutex<PingState>> {
+    pub fn new(config: PingConfig, ident: u16, on_reply: Option<OnReply>) -> Arc<Mutex<PingState>> {
         Arc::new(Mutex::new(PingState {
             config,
             ident,

@@ -9,6 +9,9 @@
 //!
 //! | subnet | interface | test |
 //! |---|---|---|
+//! | 10.67.0 (VLAN 5, no kernel address) | ainftap67 | tap, VLAN |
+//! | 10.68.0, 192.0.2.2/32 | ainftap68 | tap, no route |
+//! | 10.69.0, 192.0.2.1/32 | ainftap69 | tap, gateway |
 //! | 10.70.0 | ainfpq0 / ainfpq1 | tools perf_quic, two lcores |
 //! | 10.71.0 | ainfdp71 | tools dp_cli, impaired port |
 //! | 10.72.0 | ainfqc0 | quic_churn |
