@@ -118,6 +118,22 @@ fn bulk_and_request_response_against_the_perf_server_with_route_sized_datagrams(
         stderr.contains("UDP payloads up to 1200 B"),
         "--max-payload is taken as given: {stderr}"
     );
+
+    // Over several connections the requests take them in turn.
+    let (rr, _) = client(
+        port,
+        &[
+            "--test", "rr", "--count", "300", "--warmup", "30", "--conns", "3",
+        ],
+    );
+    assert_eq!(rr["requests"], 300, "{rr}");
+    assert_eq!(
+        rr["requests_by_conn"],
+        serde_json::json!([100, 100, 100]),
+        "{rr}"
+    );
+    let p999 = rr["p999_us"].as_f64().unwrap();
+    assert!(rr["p99_us"].as_f64().unwrap() <= p999, "{rr}");
 }
 
 fn sh(cmd: &str) -> bool {

@@ -144,7 +144,8 @@ impl Transport {
 pub enum QuicTest {
     /// Upload --bytes on each of --streams streams of --conns connections.
     Bulk,
-    /// Request/response: --size-byte echoes, one stream each, one at a time.
+    /// Request/response: --size-byte echoes, one stream each, one at a
+    /// time per lcore, over the --conns connections in turn.
     Rr,
 }
 
@@ -311,7 +312,8 @@ pub struct PerfArgs {
     #[arg(long, value_enum, default_value_t = QuicTest::Bulk)]
     pub test: QuicTest,
 
-    /// quic-client, tcp-client: connections (bulk).
+    /// quic-client, tcp-client: connections (quic rr: the requests take
+    /// them in turn, one request at a time per lcore).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=MAX_CONNS as u64).map(|n| n as usize))]
     pub conns: usize,
 

@@ -325,6 +325,8 @@ struct Client {
     jobs: Vec<(ConnHandle, ClientStream)>,
     rr_started: Option<Instant>,
     rr_done: u64,
+    /// Timed requests per connection (in `handles` order).
+    rr_by_conn: Vec<u64>,
     latency: Histogram<u64>,
     finished_at: Option<Instant>,
     error: Option<String>,
@@ -436,18 +438,19 @@ impl Client {
     }
 
     fn poll_rr<B: Datagram>(&mut self, ep: &mut Endpoint<B>) {
-        let h = self.handles[0].0;
         if self.finished_at.is_some() {
             return self.finish(ep);
         }
         if self.jobs.is_empty() {
+            // One request at a time, taking the connections in turn.
+            let h = self.handles[self.rr_done as usize % self.handles.len()].0;
             let id = ep.open_bidi(h).expect("open connection");
             self.jobs
                 .push((h, ClientStream::new(id, MODE_ECHO, self.size)));
             self.rr_started = Some(Instant::now());
         }
-        let (_, s) = &mut self.jobs[0];
-        s.poll(ep, h, &mut self.buf);
+        let (h, s) = &mut self.jobs[0];
+        s.poll(ep, *h, &mut self.buf);
         let (done, correct, id) = (s.is_done(), s.is_correct(), s.id);
         if done {
             if !correct {
@@ -456,6 +459,9 @@ impl Client {
             if self.rr_done >= self.warmup {
                 let rtt = self.rr_started.expect("started").elapsed();
                 let _ = self.latency.record(rtt.as_nanos() as u64);
+                let conn = self.rr_done as usize % self.handles.len();
+                self.rr_by_conn.resize(self.handles.len(), 0);
+                self.rr_by_conn[conn] += 1;
             }
             self.rr_done += 1;
             self.jobs.clear();
@@ -517,7 +523,7 @@ pub fn client(args: &PerfArgs) -> Result<serde_json::Value> {
     Endpoint::<stack::io::heap::HeapDatagram>::client(cfg.clone(), 0, 1472).map_err(quic_err)?;
     let stop = stop_flag(0.0)?;
     let (test, streams, bytes) = (args.test, args.streams, args.bytes);
-    let conns = if test == QuicTest::Rr { 1 } else { args.conns };
+    let conns = args.conns;
     let (size, count, warmup) = (args.size as u64, args.count, args.warmup);
     let transport = args.transport;
     let client_stop = stop.clone();
@@ -542,6 +548,7 @@ pub fn client(args: &PerfArgs) -> Result<serde_json::Value> {
             jobs: Vec::new(),
             rr_started: None,
             rr_done: 0,
+            rr_by_conn: Vec::new(),
             latency: Histogram::new(3).expect("histogram"),
             finished_at: None,
             error: None,
@@ -637,6 +644,7 @@ pub fn client(args: &PerfArgs) -> Result<serde_json::Value> {
         }
         QuicTest::Rr => {
             let q = |p: f64| latency.value_at_quantile(p) as f64 / 1000.0;
+            let by_conn: Vec<u64> = active.iter().flat_map(|c| c.rr_by_conn.clone()).collect();
             crate::oline!(
                 "quic rr over {transport}: {} requests of {size} B, p50 {:.1} us p99 {:.1} us p999 {:.1} us; handshake {hs_us} us",
                 latency.len(),
@@ -648,6 +656,7 @@ pub fn client(args: &PerfArgs) -> Result<serde_json::Value> {
                 json!({"mode": "quic-client", "test": "rr", "transport": transport,
                       "requests": latency.len(), "size": size, "p50_us": q(0.5),
                       "p99_us": q(0.99), "p999_us": q(0.999), "handshake_us": hs_us,
+                      "conns": conns, "requests_by_conn": by_conn,
                       "lcores": lcores, "per_lcore": per_lcore,
                       "packets_sent": sent, "packets_lost": lost, "rtt_us": rtt_us}),
             )
