@@ -18,9 +18,14 @@ impl Server {
     }
 
     fn start_on(bind: &str) -> Server {
+        Server::start_with(bind, &[])
+    }
+
+    fn start_with(bind: &str, extra: &[&str]) -> Server {
         let child = Command::new(PERF)
             .args(["quic-server", "--transport", "udp", "--duration", "120"])
             .args(["--bind", bind])
+            .args(extra)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -461,4 +466,76 @@ fn dpdk_client_sends_jumbo_datagrams_when_the_port_takes_a_larger_mtu() {
         stderr.contains("(net_memif) cannot set an MTU of 9000"),
         "{stderr}"
     );
+}
+
+/// Mutual TLS from the command line: `ainftp-dp certs` makes a cluster,
+/// the server and a client load it with --certs and move data; a client
+/// from another cluster is refused, and says it is about certificates.
+#[test]
+fn with_cluster_certificates_only_members_get_through() {
+    const DP: &str = env!("CARGO_BIN_EXE_ainftp-dp");
+    let ours = tempfile::tempdir().unwrap();
+    let theirs = tempfile::tempdir().unwrap();
+    for dir in [&ours, &theirs] {
+        let d = dir.path().to_str().unwrap();
+        let out = Command::new(DP)
+            .args([
+                "certs", "--dir", d, "--ca", "--node", "server", "--node", "client",
+            ])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let port = 24_439;
+    let _server = Server::start_with(
+        &format!("127.0.0.1:{port}"),
+        &["--certs", ours.path().to_str().unwrap()],
+    );
+    let (bulk, _) = client(
+        port,
+        &[
+            "--bytes",
+            "1000000",
+            "--certs",
+            ours.path().to_str().unwrap(),
+        ],
+    );
+    assert_eq!(bulk["bytes"], 1_000_000, "{bulk}");
+
+    let out = Command::new(PERF)
+        .args([
+            "quic-client",
+            "--transport",
+            "udp",
+            "--connect-timeout",
+            "10",
+        ])
+        .args(["--target", &format!("127.0.0.1:{port}")])
+        .args([
+            "--bytes",
+            "1000",
+            "--certs",
+            theirs.path().to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success(),
+        "a foreign cluster got through: {stderr}"
+    );
+    // The error line itself says where to look (a warning above it too).
+    let error = stderr
+        .lines()
+        .find(|l| l.contains("closed early"))
+        .unwrap_or_else(|| panic!("{stderr}"));
+    assert!(
+        error.contains("TLS alert") && error.contains("--certs"),
+        "{error}"
+    );
+    assert!(!stderr.contains("panicked"), "{stderr}");
 }

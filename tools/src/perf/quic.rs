@@ -363,9 +363,19 @@ impl<B: Datagram> QuicService<B> for Client {
                         let _ = self.handshake.record(t0.elapsed().as_micros() as u64);
                     }
                 }
-                Event::Closed { reason, .. } if self.finished_at.is_none() => {
+                Event::Closed {
+                    reason,
+                    established,
+                    ..
+                } if self.finished_at.is_none() => {
+                    let hint = match !established && reason.is_certificate_trouble() {
+                        true => {
+                            " (do both ends have certificates from the same cluster CA? --certs)"
+                        }
+                        false => "",
+                    };
                     return self.fail(format!(
-                        "connection to {} closed early: {reason}",
+                        "connection to {} closed early: {reason}{hint}",
                         self.target
                     ));
                 }
