@@ -5,6 +5,8 @@
 mod common;
 
 use std::net::{Ipv4Addr, SocketAddrV4};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use common::*;
 use stack::counters::DropReason;
@@ -44,6 +46,41 @@ fn kernel_pings_us_and_udp_echo_is_byte_exact_for_every_size() {
     assert_eq!(report.mbufs_in_use_after_close, 0, "mbuf leak");
 }
 
+/// Our runtime with `services` on every lcore, lcore 0 pinging `target`
+/// every 50 ms; the ping state to read the replies from.
+fn start_pinging(
+    eal: &dpdk_ffi::Eal,
+    cfg: &RuntimeConfig,
+    target: Ipv4Addr,
+    services: fn() -> Services<UdpMbuf>,
+) -> (Running<Pinger<ServicesApp<UdpMbuf>>>, Arc<Mutex<PingState>>) {
+    let ping = PingConfig {
+        target,
+        count: None,
+        interval: Duration::from_millis(50),
+        data_len: 56,
+    };
+    let state = PingState::new(ping, 0x5eed, None);
+    let shared = state.clone();
+    let run = Running::start_apps(eal, cfg, move |i| {
+        Pinger::new(ServicesApp::new(services()), Some(shared.clone()), i == 0)
+    });
+    (run, state)
+}
+
+/// Wait (10 s at most) until `n` pings were answered.
+fn wait_for_replies(state: &Mutex<PingState>, n: usize) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while state.lock().unwrap().replies.len() < n {
+        assert!(
+            Instant::now() < deadline,
+            "{}",
+            state.lock().unwrap().summary()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// The other direction: our stack pings the kernel (resolving it by ARP
 /// first) and matches each reply to its request.
 #[test]
@@ -51,31 +88,9 @@ fn we_ping_the_kernel_and_match_its_replies() {
     let eal = eal("0");
     let (us, kernel) = (Ipv4Addr::new(10, 80, 0, 2), Ipv4Addr::new(10, 80, 0, 1));
     let cfg = RuntimeConfig::new("net_tap0,iface=ainftap80", us, 24);
-    let ping = PingConfig {
-        target: kernel,
-        count: None,
-        interval: std::time::Duration::from_millis(50),
-        data_len: 56,
-    };
-    let state = PingState::new(ping, 0x5eed, None);
-    let shared = state.clone();
-    let run = Running::start_apps(&eal, &cfg, move |i| {
-        Pinger::new(
-            ServicesApp::new(Services::new()),
-            Some(shared.clone()),
-            i == 0,
-        )
-    });
+    let (run, state) = start_pinging(&eal, &cfg, kernel, Services::new);
     tap_up("ainftap80", kernel, 24);
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while state.lock().unwrap().replies.len() < 5 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "{}",
-            state.lock().unwrap().summary()
-        );
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    wait_for_replies(&state, 5);
     let report = run.finish();
     let s = state.lock().unwrap();
     let seqs: Vec<u16> = s.replies.iter().map(|r| r.seq).collect();
@@ -85,7 +100,7 @@ fn we_ping_the_kernel_and_match_its_replies() {
     );
     for r in &s.replies {
         assert_eq!((r.from, r.data_len), (kernel, 56), "{r:?}");
-        assert!(r.rtt < std::time::Duration::from_secs(1), "{r:?}");
+        assert!(r.rtt < Duration::from_secs(1), "{r:?}");
     }
     assert_eq!(s.unmatched, 0);
     assert!(s.summary().contains("received"), "{}", s.summary());
@@ -180,7 +195,7 @@ fn impairment_on_a_real_port_drops_what_it_says() {
     });
     tap_up("ainftap84", kernel, 24);
     let sock = udp_socket(kernel);
-    sock.set_read_timeout(Some(std::time::Duration::from_millis(20)))
+    sock.set_read_timeout(Some(Duration::from_millis(20)))
         .unwrap();
     let to = SocketAddrV4::new(us, 7);
     echo_once(&sock, to, b"warm up ARP"); // retries until one gets through
@@ -213,18 +228,10 @@ fn outside_the_subnet_we_send_through_the_gateway() {
     let far = Ipv4Addr::new(192, 0, 2, 1);
     let mut cfg = RuntimeConfig::new("net_tap0,iface=ainftap69", us, 24);
     cfg.gateway = Some(gw);
-    let ping = PingConfig {
-        target: far,
-        count: None,
-        interval: std::time::Duration::from_millis(50),
-        data_len: 56,
-    };
-    let state = PingState::new(ping, 0x6969, None);
-    let shared = state.clone();
-    let run = Running::start_apps(&eal, &cfg, move |i| {
+    let (run, state) = start_pinging(&eal, &cfg, far, || {
         let mut s = Services::new();
         s.listen(7, Box::new(Reverse));
-        Pinger::new(ServicesApp::new(s), Some(shared.clone()), i == 0)
+        s
     });
     tap_up("ainftap69", gw, 24);
     sh(&format!("ip addr add {far}/32 dev ainftap69"));
@@ -234,15 +241,7 @@ fn outside_the_subnet_we_send_through_the_gateway() {
     let mut buf = [0u8; 64];
     let (n, _) = recv(&sock, &mut buf).expect("a reply routed through the gateway");
     assert_eq!(&buf[..n], b"yawetag eht aiv");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while state.lock().unwrap().replies.len() < 3 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "{}",
-            state.lock().unwrap().summary()
-        );
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    wait_for_replies(&state, 3);
     let report = run.finish();
     assert!(state.lock().unwrap().replies.iter().all(|r| r.from == far));
     assert_eq!(report.total.dropped(DropReason::NoRoute), 0);

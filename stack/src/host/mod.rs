@@ -301,6 +301,22 @@ impl<P> Host<P> {
         }
     }
 
+    /// Write our Ethernet header (with our VLAN tag) for an IPv4 frame to
+    /// `dst_mac`; returns its length and the packet's IPv4 identification.
+    fn start_ipv4_frame(&mut self, frame: &mut [u8], dst_mac: EthernetAddress) -> (usize, u16) {
+        let l2 = self.eth_header_len();
+        EthernetRepr {
+            src_addr: self.cfg.mac,
+            dst_addr: dst_mac,
+            ethertype: ETHERTYPE_IPV4,
+            vlan_id: self.cfg.vlan,
+        }
+        .emit(&mut frame[..l2])
+        .expect("our VLAN id was validated");
+        self.ident = self.ident.wrapping_add(1);
+        (l2, self.ident)
+    }
+
     /// Write an ICMP echo request to `dst` (`data_len` data bytes, a byte
     /// pattern) into `frame`, for the next hop `dst_mac`; checksums in
     /// software (NICs do not offload ICMP). Returns the frame length
@@ -314,16 +330,7 @@ impl<P> Host<P> {
         seq: u16,
         data_len: usize,
     ) -> usize {
-        let l2 = self.eth_header_len();
-        EthernetRepr {
-            src_addr: self.cfg.mac,
-            dst_addr: dst_mac,
-            ethertype: ETHERTYPE_IPV4,
-            vlan_id: self.cfg.vlan,
-        }
-        .emit(&mut frame[..l2])
-        .expect("our VLAN id was validated");
-        self.ident = self.ident.wrapping_add(1);
+        let (l2, ip_ident) = self.start_ipv4_frame(frame, dst_mac);
         let icmp_len = wire::ICMPV4_HEADER_LEN + data_len;
         Ipv4Repr {
             src_addr: self.cfg.ip,
@@ -331,7 +338,7 @@ impl<P> Host<P> {
             protocol: IP_PROTO_ICMP,
             payload_len: icmp_len,
             ttl: self.cfg.ttl,
-            ident: self.ident,
+            ident: ip_ident,
             dont_frag: true,
         }
         .emit(&mut frame[l2..], ChecksumMode::Software)
@@ -401,24 +408,15 @@ impl<P> Host<P> {
         src_port: u16,
         offload: TxOffload,
     ) {
-        let l2 = self.eth_header_len();
         let payload_len = frame.len() - self.udp_header_len();
-        EthernetRepr {
-            src_addr: self.cfg.mac,
-            dst_addr: dst_mac,
-            ethertype: ETHERTYPE_IPV4,
-            vlan_id: self.cfg.vlan,
-        }
-        .emit(&mut frame[..l2])
-        .expect("our VLAN id was validated");
-        self.ident = self.ident.wrapping_add(1);
+        let (l2, ident) = self.start_ipv4_frame(frame, dst_mac);
         let ip = Ipv4Repr {
             src_addr: self.cfg.ip,
             dst_addr: *peer.ip(),
             protocol: IP_PROTO_UDP,
             payload_len: wire::UDP_HEADER_LEN + payload_len,
             ttl: self.cfg.ttl,
-            ident: self.ident,
+            ident,
             dont_frag: true,
         };
         let ip_mode = if offload.ip_checksum {

@@ -113,6 +113,34 @@ mod tests {
         .unwrap();
     }
 
+    /// Adaptive: the first idle polls neither pause nor sleep, the loop
+    /// sleeps (about 100 us a poll) once idle for SLEEP_AFTER polls, and
+    /// one poll with work brings it back to spinning. Busy never sleeps.
+    #[test]
+    fn adaptive_backoff_sleeps_only_after_a_long_idle_and_busy_never() {
+        let idle_polls = |b: &mut Backoff, n: u32| {
+            let t0 = std::time::Instant::now();
+            for _ in 0..n {
+                b.after_poll(0);
+            }
+            t0.elapsed()
+        };
+        let mut b = Backoff::new(IdlePolicy::Adaptive);
+        // Spinning and pausing: thousands of polls in far less than one nap.
+        assert!(idle_polls(&mut b, Backoff::SLEEP_AFTER - 1) < Duration::from_millis(50));
+        assert!(!b.is_sleeping());
+        // From here every idle poll naps.
+        let slept = idle_polls(&mut b, 20);
+        assert!(b.is_sleeping());
+        assert!(slept >= 20 * Backoff::SLEEP, "{slept:?}");
+        b.after_poll(1);
+        assert!(!b.is_sleeping());
+
+        let mut busy = Backoff::new(IdlePolicy::Busy);
+        assert!(idle_polls(&mut busy, 2 * Backoff::SLEEP_AFTER) < Duration::from_millis(50));
+        assert!(!busy.is_sleeping());
+    }
+
     #[test]
     fn the_slack_is_set_once_per_thread() {
         std::thread::spawn(|| {

@@ -79,9 +79,10 @@ pub struct DpArgs {
     #[arg(long, value_name = "MODE")]
     pub steering: Option<String>,
 
-    /// Use a symmetric RSS key (both directions of a flow on one lcore).
-    #[arg(long)]
-    pub symmetric_rss: bool,
+    /// Use a symmetric RSS key (both directions of a flow on one lcore);
+    /// `--symmetric-rss=false` turns off the config file's.
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    pub symmetric_rss: Option<bool>,
 
     /// Idle policy of the poll loops: busy or adaptive [default: busy when every lcore is an
     /// isolated CPU (/sys/devices/system/cpu/isolated), else adaptive].
@@ -98,9 +99,10 @@ pub struct DpArgs {
 
     /// Put packet buffers in a hugepage arena registered with DPDK and CUDA
     /// (host-only without a GPU), so payloads land in memory the GPU
-    /// reaches. Not with net_af_xdp.
-    #[arg(long)]
-    pub mbuf_arena: bool,
+    /// reaches. Not with net_af_xdp. `--mbuf-arena=false` turns off the
+    /// config file's.
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    pub mbuf_arena: Option<bool>,
 
     /// Do not use the NIC's checksum offloads (compute in software).
     #[arg(long)]

@@ -153,7 +153,7 @@ pub fn plan(args: &DpArgs) -> Result<Plan> {
             .parse::<SteeringMode>()
             .map_err(|e| Error::Usage(format!("--steering: {e}")))?;
     }
-    rt.symmetric_rss = args.symmetric_rss || file.symmetric_rss.unwrap_or(false);
+    rt.symmetric_rss = args.symmetric_rss.or(file.symmetric_rss).unwrap_or(false);
     rt.idle = match args.idle.as_ref().or(file.idle.as_ref()) {
         Some(s) => s
             .parse::<IdlePolicy>()
@@ -216,7 +216,7 @@ pub fn plan(args: &DpArgs) -> Result<Plan> {
         runtime: rt,
         udp_echo,
         ping,
-        mbuf_arena: args.mbuf_arena || file.mbuf_arena.unwrap_or(false),
+        mbuf_arena: args.mbuf_arena.or(file.mbuf_arena).unwrap_or(false),
         stats_period,
         duration,
         eal,
@@ -416,6 +416,32 @@ mod tests {
         .unwrap();
         assert_eq!(p.runtime.device, "net_null0");
         assert!(p.pci.is_empty() && p.default_tap.is_none());
+        // Switches work both ways: the file turns them on, flags off (or on).
+        std::fs::write(
+            &file,
+            "ip = \"10.1.0.2/16\"\nvdev = \"net_null0\"\nsymmetric_rss = true\nmbuf_arena = true\n",
+        )
+        .unwrap();
+        let f = file.to_str().unwrap();
+        let p = plan(&args(&["--config", f])).unwrap();
+        assert!(p.runtime.symmetric_rss && p.mbuf_arena);
+        let p = plan(&args(&[
+            "--config",
+            f,
+            "--symmetric-rss=false",
+            "--mbuf-arena=false",
+        ]))
+        .unwrap();
+        assert!(!p.runtime.symmetric_rss && !p.mbuf_arena);
+        let p = plan(&args(&[
+            "--ip",
+            "10.0.0.2/24",
+            "--lcores",
+            "0",
+            "--symmetric-rss",
+        ]))
+        .unwrap();
+        assert!(p.runtime.symmetric_rss && !p.mbuf_arena);
     }
 
     #[test]
