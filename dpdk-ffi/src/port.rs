@@ -250,20 +250,7 @@ impl Port {
     /// The Toeplitz key the device hashes flows with, as the PMD reports it
     /// (an error where the PMD cannot say).
     pub fn rss_key(&self) -> Result<Vec<u8>> {
-        let mut key = vec![0u8; self.inner.info.hash_key_size.max(40) as usize];
-        let mut conf = sys::rte_eth_rss_conf {
-            rss_key: key.as_mut_ptr(),
-            rss_key_len: key.len() as u8,
-            rss_hf: 0,
-        };
-        // SAFETY: valid port id; `key` holds rss_key_len bytes for the PMD
-        // to fill and outlives the call.
-        let rc = unsafe { sys::rte_eth_dev_rss_hash_conf_get(self.inner.id, &mut conf) };
-        if rc < 0 {
-            return Err(dpdk("rte_eth_dev_rss_hash_conf_get", rc));
-        }
-        key.truncate(conf.rss_key_len as usize);
-        Ok(key)
+        read_rss_key(self.inner.id, self.inner.info.hash_key_size)
     }
 
     /// The RSS redirection table: entry i names the rx queue of the
@@ -465,6 +452,58 @@ fn looks_like_pci(name: &str) -> bool {
             .all(|c| c.is_ascii_hexdigit() || c == ':' || c == '.')
 }
 
+/// The key port `id` hashes with (`size` as its PMD reports, 0 if not).
+fn read_rss_key(id: u16, size: u8) -> Result<Vec<u8>> {
+    let mut key = vec![0u8; size.max(40) as usize];
+    let mut conf = sys::rte_eth_rss_conf {
+        rss_key: key.as_mut_ptr(),
+        rss_key_len: key.len() as u8,
+        rss_hf: 0,
+    };
+    // SAFETY: valid port id; `key` holds rss_key_len bytes for the PMD
+    // to fill and outlives the call.
+    let rc = unsafe { sys::rte_eth_dev_rss_hash_conf_get(id, &mut conf) };
+    if rc < 0 {
+        return Err(dpdk("rte_eth_dev_rss_hash_conf_get", rc));
+    }
+    key.truncate(conf.rss_key_len as usize);
+    Ok(key)
+}
+
+/// Some PMDs ignore the key given at configure (net_null keeps its
+/// default): read it back, set it again through the hash update call if
+/// it did not take, and fail rather than hash with a key nobody asked for.
+/// A PMD that cannot report its key is trusted with it.
+fn ensure_rss_key(id: u16, info: &PortInfo, key: &[u8], rss_hf: u64) -> Result<()> {
+    let Ok(now) = read_rss_key(id, info.hash_key_size) else {
+        return Ok(());
+    };
+    if now == key {
+        return Ok(());
+    }
+    let mut wanted = key.to_vec();
+    let mut conf = sys::rte_eth_rss_conf {
+        rss_key: wanted.as_mut_ptr(),
+        rss_key_len: wanted.len() as u8,
+        rss_hf,
+    };
+    // SAFETY: valid port id; `wanted` holds rss_key_len bytes and outlives
+    // the call (the PMD copies them).
+    let rc = unsafe { sys::rte_eth_dev_rss_hash_update(id, &mut conf) };
+    if rc >= 0 && read_rss_key(id, info.hash_key_size).is_ok_and(|k| k == key) {
+        return Ok(());
+    }
+    Err(Error::Port(format!(
+        "port {} ({}) did not take the RSS key it was given{}",
+        info.name,
+        info.driver,
+        match rc < 0 {
+            true => format!(": {}", dpdk("rte_eth_dev_rss_hash_update", rc)),
+            false => String::new(),
+        }
+    )))
+}
+
 fn hotplug(dev: &str, name: &str) -> Result<u16> {
     let cdev = CString::new(dev)
         .map_err(|_| Error::InvalidArgument(format!("device spec {dev:?} has a NUL")))?;
@@ -576,7 +615,10 @@ fn configure(info: &PortInfo, cfg: &PortConfig, pool: &Mempool) -> Result<PortFe
         )
     };
     if let Some(key) = &cfg.rss_key {
-        if key.len() != info.hash_key_size as usize {
+        // 0: the PMD does not say (net_null, which hashes with a 40-byte
+        // key); the key goes to it as given, and `rss_key` reads back
+        // what it took.
+        if info.hash_key_size != 0 && key.len() != info.hash_key_size as usize {
             return Err(Error::Port(format!(
                 "port {name} ({}) takes an RSS key of {} bytes; {} given",
                 info.driver,
@@ -644,6 +686,9 @@ fn configure(info: &PortInfo, cfg: &PortConfig, pool: &Mempool) -> Result<PortFe
         if rc < 0 {
             return Err(dpdk("rte_eth_tx_queue_setup", rc));
         }
+    }
+    if let (Some(key), true) = (&cfg.rss_key, rss_hf != 0) {
+        ensure_rss_key(id, &info, key, rss_hf)?;
     }
     if let Some(mtu) = cfg.mtu {
         // SAFETY: valid port id.

@@ -146,6 +146,26 @@ fn flow_placement_is_known_where_the_runtime_or_device_decides_it() {
     );
     drop(nul);
 
+    // --symmetric-rss: the device takes the symmetric key (read back from
+    // it), so both directions of every flow land on one lcore.
+    let mut sym = RuntimeConfig::new("net_null_place1", us, 24);
+    sym.symmetric_rss = true;
+    let nul = Runtime::start(&eal, &sym).unwrap();
+    assert_eq!(nul.port().rss_key().unwrap(), stack::rss::SYMMETRIC_KEY);
+    let p = nul.placement().expect("read from the device").clone();
+    assert_eq!(p.key, stack::rss::SYMMETRIC_KEY);
+    let remote = SocketAddrV4::new(Ipv4Addr::new(10, 87, 0, 1), 4433);
+    let mut lcores = HashSet::new();
+    for i in 0..64 {
+        let local = SocketAddrV4::new(us, 40_000 + i);
+        let reply = p.lcore_of_reply(local, remote);
+        let sent = p.lcore_of_reply(remote, local);
+        assert_eq!(reply, sent, "flow {local} <-> {remote}");
+        lcores.insert(reply);
+    }
+    assert_eq!(lcores.len(), 2, "the flows still spread");
+    drop(nul);
+
     let mut cfg = RuntimeConfig::new("net_tap0,iface=ainfplace0", us, 24);
     let tap = Runtime::start(&eal, &cfg).unwrap();
     assert_eq!(tap.steering(), SteeringMode::Rss);
