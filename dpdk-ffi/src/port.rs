@@ -688,7 +688,7 @@ fn configure(info: &PortInfo, cfg: &PortConfig, pool: &Mempool) -> Result<PortFe
         }
     }
     if let (Some(key), true) = (&cfg.rss_key, rss_hf != 0) {
-        ensure_rss_key(id, &info, key, rss_hf)?;
+        ensure_rss_key(id, info, key, rss_hf)?;
     }
     if let Some(mtu) = cfg.mtu {
         // SAFETY: valid port id.
