@@ -120,35 +120,47 @@ impl UdpHandler<UdpMbuf> for Reverse {
     }
 }
 
+/// Replies built from scratch (not turned around) get their checksums
+/// from the NIC where the port offers it (net_tap does) and in software
+/// without: the kernel drops a UDP datagram with a wrong checksum, so the
+/// reply arriving proves it right either way.
 #[test]
 fn we_resolve_the_kernel_by_arp_when_it_never_asks() {
     let eal = eal("0");
     let (us, kernel) = (Ipv4Addr::new(10, 82, 0, 2), Ipv4Addr::new(10, 82, 0, 1));
-    let cfg = RuntimeConfig::new("net_tap0,iface=ainftap82", us, 24);
-    let run = Running::start(&eal, &cfg, |_| {
-        let mut s = Services::new();
-        s.listen(7, Box::new(Reverse));
-        s
-    });
-    tap_up("ainftap82", kernel, 24);
-    // The kernel knows us statically, so it sends no ARP request we could
-    // learn from: our echo reply must resolve the kernel's MAC itself.
-    let mac = stack::wire::EthernetAddress(run.mac);
-    sh(&format!(
-        "ip neigh replace {us} lladdr {mac} nud permanent dev ainftap82"
-    ));
-    let sock = udp_socket(kernel);
-    sock.send_to(b"resolve me", SocketAddrV4::new(us, 7))
-        .unwrap();
-    let mut buf = [0u8; 64];
-    let (n, _) = recv(&sock, &mut buf).expect("reply after our ARP resolution");
-    assert_eq!(&buf[..n], b"em evloser");
-    let report = run.finish();
-    // One request is the gratuitous announcement at port up; the rest
-    // asked for the kernel's address.
-    assert!(report.total.arp_requests_out >= 2, "we asked: {report:?}");
-    assert_eq!(report.total.dropped(DropReason::Unresolved), 0);
-    assert_eq!(report.mbufs_in_use_after_close, 0, "mbuf leak");
+    for offload in [true, false] {
+        let mut cfg = RuntimeConfig::new("net_tap0,iface=ainftap82", us, 24);
+        cfg.checksum_offload = offload;
+        let run = Running::start(&eal, &cfg, |_| {
+            let mut s = Services::new();
+            s.listen(7, Box::new(Reverse));
+            s
+        });
+        assert_eq!(
+            (run.features.tx_ip_checksum, run.features.tx_udp_checksum),
+            (offload, offload),
+            "net_tap offers both offloads; used only when asked"
+        );
+        tap_up("ainftap82", kernel, 24);
+        // The kernel knows us statically, so it sends no ARP request we
+        // could learn from: our echo reply must resolve the kernel's MAC.
+        let mac = stack::wire::EthernetAddress(run.mac);
+        sh(&format!(
+            "ip neigh replace {us} lladdr {mac} nud permanent dev ainftap82"
+        ));
+        let sock = udp_socket(kernel);
+        sock.send_to(b"resolve me", SocketAddrV4::new(us, 7))
+            .unwrap();
+        let mut buf = [0u8; 64];
+        let (n, _) = recv(&sock, &mut buf).expect("reply after our ARP resolution");
+        assert_eq!(&buf[..n], b"em evloser", "offload {offload}");
+        let report = run.finish();
+        // One request is the gratuitous announcement at port up; the rest
+        // asked for the kernel's address.
+        assert!(report.total.arp_requests_out >= 2, "we asked: {report:?}");
+        assert_eq!(report.total.dropped(DropReason::Unresolved), 0);
+        assert_eq!(report.mbufs_in_use_after_close, 0, "mbuf leak");
+    }
 }
 
 #[test]

@@ -77,6 +77,8 @@ pub struct Running<A = ServicesApp<UdpMbuf>> {
     handle: Option<JoinHandle<(RunReport, Vec<A>)>>,
     pub counters: Vec<Arc<SharedCounters>>,
     pub mac: [u8; 6],
+    /// What the port turned on (offloads, queues, MTU).
+    pub features: dpdk_ffi::PortFeatures,
 }
 
 impl Running {
@@ -98,6 +100,7 @@ where
     {
         let rt = Runtime::start(eal, cfg).expect("runtime starts");
         let mac = rt.port().mac();
+        let features = rt.port().features();
         let counters = rt.counters();
         let stop = Arc::new(AtomicBool::new(false));
         let s = stop.clone();
@@ -107,6 +110,7 @@ where
             handle: Some(handle),
             counters,
             mac,
+            features,
         }
     }
 
