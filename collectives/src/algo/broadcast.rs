@@ -16,6 +16,8 @@ pub(crate) struct Broadcast {
     seen: Vec<bool>,
     expected: usize,
     received: usize,
+    /// The root's children and their steps (kept: no allocation per call).
+    kids: Vec<(usize, u16)>,
 }
 
 impl Broadcast {
@@ -102,7 +104,8 @@ impl Algorithm for Broadcast {
         if ctx.rank != self.root || ctx.world == 1 {
             return Ok(());
         }
-        let mut kids = Vec::new();
+        let mut kids = std::mem::take(&mut self.kids);
+        kids.clear();
         self.children(ctx, |to, step| kids.push((to, step)));
         let span = 0..self.count;
         let q = Quant {
@@ -122,6 +125,7 @@ impl Algorithm for Broadcast {
             }
             ctx.recycle(bytes);
         }
+        self.kids = kids;
         Ok(())
     }
 

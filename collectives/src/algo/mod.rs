@@ -97,8 +97,6 @@ pub(crate) struct Ctx {
 /// Most bytes of message buffers kept for reuse (a few hundred 64 KiB
 /// chunks; a driver that never recycles just allocates).
 const MAX_POOL_BYTES: usize = 32 << 20;
-/// Smaller buffers are not kept.
-const MIN_POOLED_BYTES: usize = 4096;
 
 fn splitmix64(mut x: u64) -> u64 {
     x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
@@ -138,9 +136,11 @@ impl Ctx {
 
     pub fn recycle(&mut self, b: Vec<u8>) {
         // Bounded in bytes: the pool holds what the peak of a collective
-        // had in flight, and gives back what is beyond this.
-        // Tiny ones (a hello, a goodbye) would only be regrown.
-        let keep = b.capacity() >= MIN_POOLED_BYTES;
+        // had in flight, and gives back what is beyond this. Small ones
+        // are kept too: a buffer only grows, so after a few collectives
+        // every pooled one fits every message, the last, short chunk of a
+        // bucket included (not keeping those cost an allocation each).
+        let keep = b.capacity() > 0;
         if keep && self.pool_bytes + b.capacity() <= MAX_POOL_BYTES {
             self.pool_bytes += b.capacity();
             self.pool.push(b);
