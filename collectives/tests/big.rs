@@ -31,6 +31,33 @@ fn allreduce_64_mb_prime_every_algorithm_both_codecs() {
     }
 }
 
+/// The other ops and reductions at the same size (the ring, which Auto
+/// picks there), both codecs: 64 MB is not only for sums.
+#[test]
+fn every_other_op_at_64_mb() {
+    const N: usize = (1 << 24) - 3; // prime
+    let ops = [
+        Op::AllReduce(ReduceOp::Avg),
+        Op::AllReduce(ReduceOp::Min),
+        Op::ReduceScatter(ReduceOp::Max),
+        Op::AllGather,
+        Op::Broadcast { root: 2 },
+    ];
+    for codec in [Codec::F32, Codec::I16(Rounding::Nearest)] {
+        let t = Instant::now();
+        run_matrix(
+            Algo::Ring,
+            codec,
+            3,
+            &ops,
+            &[N],
+            16 * 1024,
+            SimConfig::default(),
+        );
+        println!("{codec:?}: {:?}", t.elapsed());
+    }
+}
+
 #[test]
 fn allreduce_64_mib_ring() {
     let world = 4;
