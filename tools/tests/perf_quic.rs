@@ -539,3 +539,70 @@ fn with_cluster_certificates_only_members_get_through() {
     );
     assert!(!stderr.contains("panicked"), "{stderr}");
 }
+
+/// A DPDK server on net_tap over two lcores, software steering: 16 kernel
+/// clients one after another, each from its own source port. The steering
+/// lcore hands each connection to the lcore its 4-tuple hashes to, which
+/// serves it whole (the client checks every byte) and sees it close; both
+/// lcores get some (all 16 on one: a 1 in 32768 chance).
+#[test]
+fn dpdk_server_on_two_lcores_serves_each_connection_on_one_lcore() {
+    const IFACE: &str = "ainfqs0";
+    let server = Command::new(PERF)
+        .args([
+            "quic-server",
+            "--transport",
+            "dpdk",
+            "--json",
+            "--lcores",
+            "0-1",
+        ])
+        .args(["--vdev", &format!("net_tap_qs0,iface={IFACE}")])
+        .args(["--ip", "10.66.0.2/24", "--steering", "software"])
+        .args(["--bind", "10.66.0.2:4433", "--duration", "120"])
+        .args(["--", "--in-memory"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start the dpdk quic server");
+    let t0 = std::time::Instant::now();
+    while !sh(&format!(
+        "ip addr add 10.66.0.1/24 dev {IFACE} 2>/dev/null && ip link set {IFACE} up"
+    )) {
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "{IFACE} never appeared"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    for i in 0..16 {
+        let out = Command::new(PERF)
+            .args(["quic-client", "--transport", "udp", "--json"])
+            .args(["--connect-timeout", "30", "--target", "10.66.0.2:4433"])
+            .args(["--bytes", "200000"])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "client {i}: {stderr}");
+    }
+    std::thread::sleep(Duration::from_millis(300)); // the last close
+    assert!(sh(&format!("kill -TERM {}", server.id())));
+    let out = server.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let json: serde_json::Value = serde_json::from_str(stdout.lines().last().unwrap_or_default())
+        .unwrap_or_else(|e| panic!("last line is not JSON ({e}): {stdout}"));
+    assert_eq!(json["connections_closed"], 16, "{json}");
+    let per_lcore: Vec<u64> = json["per_lcore"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["connections_closed"].as_u64().unwrap())
+        .collect();
+    assert_eq!(per_lcore.len(), 2, "{json}");
+    assert!(
+        per_lcore.iter().all(|&n| n > 0),
+        "both lcores serve: {json}"
+    );
+}

@@ -9,6 +9,7 @@
 //!
 //! | subnet | interface | test |
 //! |---|---|---|
+//! | 10.66.0 | ainfqs0 | tools perf_quic, server on two lcores |
 //! | 10.67.0 (VLAN 5, no kernel address) | ainftap67 | tap, VLAN |
 //! | 10.68.0, 192.0.2.2/32 | ainftap68 | tap, no route |
 //! | 10.69.0, 192.0.2.1/32 | ainftap69 | tap, gateway |

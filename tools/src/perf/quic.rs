@@ -303,7 +303,11 @@ pub fn server(args: &PerfArgs) -> Result<serde_json::Value> {
         Ok(PerfServer::new())
     })?;
     let closed: usize = served.iter().map(|s| s.closed.len()).sum();
-    Ok(json!({"mode": "quic-server", "connections_closed": closed}))
+    let per_lcore: Vec<_> = served
+        .iter()
+        .map(|s| json!({"connections_closed": s.closed.len()}))
+        .collect();
+    Ok(json!({"mode": "quic-server", "connections_closed": closed, "per_lcore": per_lcore}))
 }
 
 /// One lcore's share of the client: its connections and their results.
