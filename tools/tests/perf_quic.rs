@@ -124,6 +124,14 @@ fn bulk_and_request_response_against_the_perf_server_with_route_sized_datagrams(
         "--max-payload is taken as given: {stderr}"
     );
 
+    // Congestion control and pacing are the client's to choose.
+    let (paced, stderr) = client(port, &["--bytes", "5000000", "--cc", "bbr2", "--pacing"]);
+    assert_eq!(paced["bytes"], 5_000_000, "{paced}");
+    assert!(
+        stderr.contains("QUIC congestion control bbr2, pacing on"),
+        "{stderr}"
+    );
+
     // Over several connections the requests take them in turn.
     let (rr, _) = client(
         port,

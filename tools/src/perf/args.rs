@@ -438,10 +438,15 @@ pub struct PerfArgs {
     #[arg(long)]
     pub spin_us: Option<u64>,
 
-    /// Collectives: QUIC congestion control (quiche's names; bbr and bbr2
-    /// are both its bbr2_gcongestion).
+    /// quic-*, collectives: QUIC congestion control (quiche's names; bbr
+    /// and bbr2 are both its bbr2_gcongestion).
     #[arg(long, default_value = "cubic", value_parser = ["cubic", "reno", "bbr2", "bbr", "bbr2_gcongestion"])]
     pub cc: String,
+
+    /// quic-*, collectives: pace sends over the round trip (quiche's
+    /// pacing: each packet waits for the send time quiche gives it).
+    #[arg(long)]
+    pub pacing: bool,
 
     /// Collectives: QUIC connections per peer (messages are striped).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]

@@ -65,6 +65,13 @@ fn quic_config(args: &PerfArgs, node: &str) -> Result<(QuicConfig, Option<TempDi
         }
     };
     cfg.alpn = vec![PERF_ALPN.to_vec()];
+    cfg.congestion_control = args.cc.clone();
+    cfg.pacing = args.pacing;
+    crate::eline!(
+        "ainftp-perf: QUIC congestion control {}, pacing {}",
+        cfg.congestion_control,
+        if cfg.pacing { "on" } else { "off" }
+    );
     // Without --max-payload the device (port MTU, or the route) decides.
     cfg.max_udp_payload = args.max_payload.map_or(MAX_UDP_PAYLOAD_V4, |p| p as usize);
     Ok((cfg, dir))

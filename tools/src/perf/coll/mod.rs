@@ -368,6 +368,7 @@ fn driver_config(args: &PerfArgs) -> DriverConfig {
         },
         quic: QuicConfig {
             congestion_control: args.cc.clone(),
+            pacing: args.pacing,
             ..base.quic.clone()
         },
         ..base
