@@ -156,6 +156,10 @@ impl Port {
         if rc < 0 {
             return Err(dpdk("rte_eth_dev_start", rc));
         }
+        // After start: some PMDs program the configured key only then.
+        if let (Some(key), true) = (&cfg.rss_key, features.rss_hf != 0) {
+            ensure_rss_key(id, &info, key, features.rss_hf)?;
+        }
         std::mem::forget(guard);
         tracing::info!(port = id, %name, driver = %info.driver, ?features, "port started");
         Ok(Port {
@@ -616,13 +620,16 @@ fn configure(info: &PortInfo, cfg: &PortConfig, pool: &Mempool) -> Result<PortFe
     };
     if let Some(key) = &cfg.rss_key {
         // 0: the PMD does not say (net_null, which hashes with a 40-byte
-        // key); the key goes to it as given, and `rss_key` reads back
-        // what it took.
-        if info.hash_key_size != 0 && key.len() != info.hash_key_size as usize {
+        // key): a Toeplitz key of the usual 40 bytes goes to it, and is
+        // read back to see that it took.
+        let size = match info.hash_key_size {
+            0 => 40,
+            n => n as usize,
+        };
+        if key.len() != size {
             return Err(Error::Port(format!(
-                "port {name} ({}) takes an RSS key of {} bytes; {} given",
+                "port {name} ({}) takes an RSS key of {size} bytes; {} given",
                 info.driver,
-                info.hash_key_size,
                 key.len()
             )));
         }
@@ -686,9 +693,6 @@ fn configure(info: &PortInfo, cfg: &PortConfig, pool: &Mempool) -> Result<PortFe
         if rc < 0 {
             return Err(dpdk("rte_eth_tx_queue_setup", rc));
         }
-    }
-    if let (Some(key), true) = (&cfg.rss_key, rss_hf != 0) {
-        ensure_rss_key(id, info, key, rss_hf)?;
     }
     if let Some(mtu) = cfg.mtu {
         // SAFETY: valid port id.

@@ -60,10 +60,15 @@ fn start_pinging(
         interval: Duration::from_millis(50),
         data_len: 56,
     };
-    let state = PingState::new(ping, 0x5eed, None);
+    let state = PingState::new(ping, 0x5eed);
     let shared = state.clone();
     let run = Running::start_apps(eal, cfg, move |i| {
-        Pinger::new(ServicesApp::new(services()), Some(shared.clone()), i == 0)
+        Pinger::new(
+            ServicesApp::new(services()),
+            Some(shared.clone()),
+            i == 0,
+            None,
+        )
     });
     (run, state)
 }
@@ -71,11 +76,11 @@ fn start_pinging(
 /// Wait (10 s at most) until `n` pings were answered.
 fn wait_for_replies(state: &Mutex<PingState>, n: usize) {
     let deadline = Instant::now() + Duration::from_secs(10);
-    while state.lock().unwrap().replies.len() < n {
+    while (state.lock().unwrap().received as usize) < n {
         assert!(
             Instant::now() < deadline,
             "{}",
-            state.lock().unwrap().summary()
+            state.lock().unwrap().summary(Instant::now())
         );
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -93,18 +98,21 @@ fn we_ping_the_kernel_and_match_its_replies() {
     wait_for_replies(&state, 5);
     let report = run.finish();
     let s = state.lock().unwrap();
-    let seqs: Vec<u16> = s.replies.iter().map(|r| r.seq).collect();
+    let seqs: Vec<u16> = s.recent.iter().map(|r| r.seq).collect();
     assert!(
         seqs.windows(2).all(|w| w[0] < w[1]),
         "in order, once each: {seqs:?}"
     );
-    for r in &s.replies {
+    assert_eq!(s.recent.len() as u32, s.received);
+    for r in &s.recent {
         assert_eq!((r.from, r.data_len), (kernel, 56), "{r:?}");
         assert!(r.rtt < Duration::from_secs(1), "{r:?}");
+        assert!(s.rtt_min <= r.rtt && r.rtt <= s.rtt_max, "{r:?}");
     }
     assert_eq!(s.unmatched, 0);
-    assert!(s.summary().contains("received"), "{}", s.summary());
-    // Our requests went out only once the kernel's MAC was known.
+    let line = s.summary(Instant::now());
+    assert!(line.contains(&format!("{} received", s.received)), "{line}");
+    // Besides the announcement at port up, we asked the kernel's MAC.
     assert!(report.total.arp_requests_out >= 2, "{report:?}");
     assert_eq!(report.mbufs_in_use_after_close, 0, "mbuf leak");
 }
@@ -247,15 +255,16 @@ fn outside_the_subnet_we_send_through_the_gateway() {
     });
     tap_up("ainftap69", gw, 24);
     sh(&format!("ip addr add {far}/32 dev ainftap69"));
+    // Answered pings: the gateway's MAC is known from here on.
+    wait_for_replies(&state, 3);
     let sock = udp_socket(far);
     sock.send_to(b"via the gateway", SocketAddrV4::new(us, 7))
         .unwrap();
     let mut buf = [0u8; 64];
     let (n, _) = recv(&sock, &mut buf).expect("a reply routed through the gateway");
     assert_eq!(&buf[..n], b"yawetag eht aiv");
-    wait_for_replies(&state, 3);
     let report = run.finish();
-    assert!(state.lock().unwrap().replies.iter().all(|r| r.from == far));
+    assert!(state.lock().unwrap().recent.iter().all(|r| r.from == far));
     assert_eq!(report.total.dropped(DropReason::NoRoute), 0);
     assert_eq!(report.mbufs_in_use_after_close, 0, "mbuf leak");
 }
@@ -335,8 +344,13 @@ fn on_a_vlan_everything_runs_tagged() {
         .iter()
         .map(|b| format!("{b:02x}"))
         .collect();
+    let their_hex: String = their_mac
+        .as_bytes()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
     let mut listener = std::process::Command::new("python3")
-        .args([script, IFACE, &mac_hex, "3"])
+        .args([script, IFACE, &mac_hex, &their_hex, "3"])
         .stdout(std::process::Stdio::piped())
         .spawn()
         .expect("python3");

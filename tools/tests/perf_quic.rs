@@ -145,8 +145,6 @@ fn bulk_and_request_response_against_the_perf_server_with_route_sized_datagrams(
         serde_json::json!([100, 100, 100]),
         "{rr}"
     );
-    let p999 = rr["p999_us"].as_f64().unwrap();
-    assert!(rr["p99_us"].as_f64().unwrap() <= p999, "{rr}");
 }
 
 fn sh(cmd: &str) -> bool {

@@ -60,7 +60,7 @@ impl HostConfig {
 
     /// "network" or "broadcast" when `ip` is that address of our subnet;
     /// /31 and /32 subnets have neither (RFC 3021).
-    fn reserved_in_subnet(&self, ip: Ipv4Addr) -> Option<&'static str> {
+    pub fn reserved_in_subnet(&self, ip: Ipv4Addr) -> Option<&'static str> {
         if self.prefix_len >= 31 || !self.in_subnet(ip) {
             return None;
         }

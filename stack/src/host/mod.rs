@@ -19,16 +19,14 @@ pub use neighbour::{NeighbourCache, NeighbourConfig, NeighbourTable, Resolve};
 
 use crate::counters::{Counters, DropReason};
 use crate::wire::{
-    self, ArpOperation, ArpPacket, ArpRepr, ChecksumMode, EthernetAddress, EthernetFrame,
-    EthernetRepr, Icmpv4Packet, Ipv4Packet, Ipv4Repr, UdpPacket, UdpRepr,
+    self, icmpv4_type, ArpOperation, ArpPacket, ArpRepr, ChecksumMode, EthernetAddress,
+    EthernetFrame, EthernetRepr, Icmpv4Packet, Ipv4Packet, Ipv4Repr, UdpPacket, UdpRepr,
 };
 
 const ETHERTYPE_IPV4: u16 = 0x0800;
 const ETHERTYPE_ARP: u16 = 0x0806;
 const IP_PROTO_ICMP: u8 = 1;
 const IP_PROTO_UDP: u8 = 17;
-const ICMP_ECHO_REQUEST: u8 = 8;
-const ICMP_ECHO_REPLY: u8 = 0;
 /// Echo replies kept for the pinger between its polls; more are dropped.
 const MAX_ECHO_REPLIES: usize = 64;
 /// Ethernet frames are padded to this length (without FCS).
@@ -270,7 +268,7 @@ impl<P> Host<P> {
             if !icmp.verify_checksum() {
                 return Verdict::Drop(DropReason::BadChecksum);
             }
-            if icmp.msg_type() == ICMP_ECHO_REPLY && icmp.code() == 0 {
+            if icmp.msg_type() == icmpv4_type::ECHO_REPLY && icmp.code() == 0 {
                 if self.echo_replies.len() < MAX_ECHO_REPLIES {
                     self.echo_replies.push(EchoReply {
                         from,
@@ -281,7 +279,7 @@ impl<P> Host<P> {
                 }
                 return Verdict::Consumed;
             }
-            if icmp.msg_type() != ICMP_ECHO_REQUEST || icmp.code() != 0 {
+            if icmp.msg_type() != icmpv4_type::ECHO_REQUEST || icmp.code() != 0 {
                 return Verdict::Consumed;
             }
             if wire::echo_request_to_reply_in_place(&mut icmp).is_err() {
@@ -349,7 +347,7 @@ impl<P> Host<P> {
             *b = i as u8;
         }
         let mut icmp = Icmpv4Packet::new_unchecked(&mut frame[l4..l4 + icmp_len]);
-        icmp.set_msg_type(ICMP_ECHO_REQUEST);
+        icmp.set_msg_type(icmpv4_type::ECHO_REQUEST);
         icmp.set_code(0);
         icmp.set_echo_ident(ident);
         icmp.set_echo_seq_no(seq);

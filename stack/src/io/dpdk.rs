@@ -267,26 +267,35 @@ impl DpdkIo {
         };
         let len = self.host.echo_request_len(data_len);
         let Ok(frame) = m.append(len) else {
-            self.counters.drop(DropReason::Truncated);
+            // No room for the frame in an mbuf of this pool.
+            self.counters.drop(DropReason::NoMbuf);
             return false;
         };
         let mac = self.host.neighbours().lookup(hop, now);
         let zero = EthernetAddress([0; 6]);
         self.host
             .write_echo_request(frame, mac.unwrap_or(zero), dst, ident, seq, data_len);
-        if mac.is_some() {
+        let queued = self.hold_or_resolve(mac.is_some(), hop, m, now);
+        self.flush();
+        queued
+    }
+
+    /// Hold a finished frame for the tx queue if its next hop's MAC is in
+    /// it (`resolved`), else queue it until `hop` resolves (asking for it
+    /// if nobody has yet). False when the ARP queue is full (dropped).
+    fn hold_or_resolve(&mut self, resolved: bool, hop: Ipv4Addr, m: Mbuf, now: Instant) -> bool {
+        if resolved {
             self.hold(m);
-        } else {
-            match self.host.neighbours().enqueue(hop, m, now) {
-                (Resolve::SendRequest(ip), _) => self.send_arp_request(ip),
-                (Resolve::Waiting, _) => {}
-                (Resolve::Full, _) => {
-                    self.counters.drop(DropReason::Unresolved);
-                    return false;
-                }
+            return true;
+        }
+        match self.host.neighbours().enqueue(hop, m, now) {
+            (Resolve::SendRequest(ip), _) => self.send_arp_request(ip),
+            (Resolve::Waiting, _) => {}
+            (Resolve::Full, _) => {
+                self.counters.drop(DropReason::Unresolved);
+                return false;
             }
         }
-        self.flush();
         true
     }
 
@@ -417,15 +426,7 @@ impl DpdkIo {
                 .request_tx_checksum(l2 as u16, 20, self.offload.udp_checksum);
         }
         self.counters.udp_out += 1;
-        if mac.is_some() {
-            self.hold(d.mbuf);
-            return;
-        }
-        match self.host.neighbours().enqueue(hop, d.mbuf, now) {
-            (Resolve::SendRequest(ip), _) => self.send_arp_request(ip),
-            (Resolve::Waiting, _) => {}
-            (Resolve::Full, _) => self.counters.drop(DropReason::Unresolved),
-        }
+        self.hold_or_resolve(mac.is_some(), hop, d.mbuf, now);
     }
 }
 

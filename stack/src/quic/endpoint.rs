@@ -80,10 +80,14 @@ impl CloseReason {
         }
     }
 
-    /// Whether certificates are the likely cause: a TLS alert, or a peer
-    /// refused here for lack of cluster membership.
+    /// Whether certificates are the likely cause: a certificate alert
+    /// (bad, unsupported, revoked, expired, unknown, unknown CA, a
+    /// signature that does not verify, one required), or a peer refused
+    /// here for lack of cluster membership. Not for other TLS alerts (a
+    /// protocol or ALPN mismatch, an internal error).
     pub fn is_certificate_trouble(&self) -> bool {
-        self.tls_alert().is_some() || matches!(self, CloseReason::Refused(_))
+        matches!(self.tls_alert(), Some(42..=46 | 48 | 51 | 116))
+            || matches!(self, CloseReason::Refused(_))
     }
 }
 
@@ -975,5 +979,16 @@ mod tests {
         );
         assert!(!CloseReason::IdleTimeout.is_certificate_trouble());
         assert!(CloseReason::Refused("no client certificate").is_certificate_trouble());
+        // A foreign CA of the same name fails the signature (decrypt_error);
+        // an ALPN mismatch is no certificate's fault.
+        let alert = |a: u64| CloseReason::Peer {
+            app: false,
+            code: 0x100 + a,
+            reason: Vec::new(),
+        };
+        assert!(alert(51).is_certificate_trouble());
+        assert!(alert(116).is_certificate_trouble());
+        assert!(!alert(120).is_certificate_trouble());
+        assert!(!alert(80).is_certificate_trouble());
     }
 }

@@ -59,6 +59,7 @@ impl std::str::FromStr for IdlePolicy {
 pub struct Backoff {
     policy: IdlePolicy,
     empty_polls: u32,
+    naps: u64,
 }
 
 impl Backoff {
@@ -73,6 +74,7 @@ impl Backoff {
         Backoff {
             policy,
             empty_polls: 0,
+            naps: 0,
         }
     }
 
@@ -85,6 +87,7 @@ impl Backoff {
         }
         self.empty_polls = self.empty_polls.saturating_add(1);
         if self.empty_polls >= Self::SLEEP_AFTER {
+            self.naps += 1;
             std::thread::sleep(Self::SLEEP);
         } else if self.empty_polls >= Self::PAUSE_AFTER {
             dpdk_ffi::lcore::pause();
@@ -94,6 +97,11 @@ impl Backoff {
     /// True once the loop has been idle long enough to be sleeping.
     pub fn is_sleeping(&self) -> bool {
         self.empty_polls >= Self::SLEEP_AFTER
+    }
+
+    /// Naps taken so far.
+    pub fn naps(&self) -> u64 {
+        self.naps
     }
 }
 
@@ -113,9 +121,9 @@ mod tests {
         .unwrap();
     }
 
-    /// Adaptive: the first idle polls neither pause nor sleep, the loop
-    /// sleeps (about 100 us a poll) once idle for SLEEP_AFTER polls, and
-    /// one poll with work brings it back to spinning. Busy never sleeps.
+    /// Adaptive: no nap in the first SLEEP_AFTER - 1 idle polls, one
+    /// (of at least 100 us) per idle poll after, none again once a poll
+    /// had work until the loop is idle that long again. Busy never naps.
     #[test]
     fn adaptive_backoff_sleeps_only_after_a_long_idle_and_busy_never() {
         let idle_polls = |b: &mut Backoff, n: u32| {
@@ -126,18 +134,20 @@ mod tests {
             t0.elapsed()
         };
         let mut b = Backoff::new(IdlePolicy::Adaptive);
-        // Spinning and pausing: thousands of polls in far less than one nap.
-        assert!(idle_polls(&mut b, Backoff::SLEEP_AFTER - 1) < Duration::from_millis(50));
+        idle_polls(&mut b, Backoff::SLEEP_AFTER - 1);
+        assert_eq!(b.naps(), 0);
         assert!(!b.is_sleeping());
-        // From here every idle poll naps.
         let slept = idle_polls(&mut b, 20);
-        assert!(b.is_sleeping());
+        assert_eq!(b.naps(), 20);
         assert!(slept >= 20 * Backoff::SLEEP, "{slept:?}");
         b.after_poll(1);
         assert!(!b.is_sleeping());
+        idle_polls(&mut b, Backoff::SLEEP_AFTER - 1);
+        assert_eq!(b.naps(), 20, "spinning again after work");
 
         let mut busy = Backoff::new(IdlePolicy::Busy);
-        assert!(idle_polls(&mut busy, 2 * Backoff::SLEEP_AFTER) < Duration::from_millis(50));
+        idle_polls(&mut busy, 2 * Backoff::SLEEP_AFTER);
+        assert_eq!(busy.naps(), 0);
         assert!(!busy.is_sleeping());
     }
 

@@ -6,6 +6,7 @@
 
 use std::collections::VecDeque;
 use std::net::Ipv4Addr;
+use std::sync::mpsc::SyncSender;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -64,13 +65,16 @@ pub struct PingReply {
     pub rtt: Duration,
 }
 
-/// Sees each reply as it arrives (ainftp-dp prints it).
-pub type OnReply = Box<dyn Fn(&PingReply) + Send>;
-
 /// Requests waiting for their reply; older ones are given up (lost).
 const MAX_OUTSTANDING: usize = 1024;
+/// Replies kept for the report (the statistics cover all of them).
+const RECENT_REPLIES: usize = 64;
+/// A request still unanswered this recently when the run stops is in
+/// flight, not lost.
+const IN_FLIGHT: Duration = Duration::from_secs(1);
 
-/// What the lcores share: the requests in flight and the results.
+/// What the lcores share: the requests in flight and the results, in
+/// bounded memory however long the ping runs.
 pub struct PingState {
     config: PingConfig,
     ident: u16,
@@ -78,25 +82,31 @@ pub struct PingState {
     pub sent: u32,
     /// Requests the backend could not send (no route, no mbuf).
     pub unsent: u32,
-    pub replies: Vec<PingReply>,
+    pub received: u32,
+    pub rtt_min: Duration,
+    pub rtt_max: Duration,
+    pub rtt_sum: Duration,
+    /// The last replies, oldest first.
+    pub recent: VecDeque<PingReply>,
     /// Replies to no request in flight (a duplicate, or one given up).
     pub unmatched: u32,
-    on_reply: Option<OnReply>,
 }
 
 impl PingState {
-    /// `ident` tells our replies from other pings' (the process id, say);
-    /// `on_reply` sees each reply as it arrives (to print it).
-    pub fn new(config: PingConfig, ident: u16, on_reply: Option<OnReply>) -> Arc<Mutex<PingState>> {
+    /// `ident` tells our replies from other pings' (the process id, say).
+    pub fn new(config: PingConfig, ident: u16) -> Arc<Mutex<PingState>> {
         Arc::new(Mutex::new(PingState {
             config,
             ident,
             outstanding: VecDeque::new(),
             sent: 0,
             unsent: 0,
-            replies: Vec::new(),
+            received: 0,
+            rtt_min: Duration::MAX,
+            rtt_max: Duration::ZERO,
+            rtt_sum: Duration::ZERO,
+            recent: VecDeque::new(),
             unmatched: 0,
-            on_reply,
         }))
     }
 
@@ -107,16 +117,17 @@ impl PingState {
     fn done_sending(&self) -> bool {
         self.config
             .count
-            .is_some_and(|c| self.sent + self.unsent >= c)
+            .is_some_and(|c| self.sent.saturating_add(self.unsent) >= c)
     }
 
-    fn record(&mut self, r: &EchoReply, now: Instant) {
+    /// The reply `r` answers, if it is one of ours still in flight.
+    fn record(&mut self, r: &EchoReply, now: Instant) -> Option<PingReply> {
         if r.ident != self.ident || r.from != self.config.target {
-            return;
+            return None;
         }
         let Some(at) = self.outstanding.iter().position(|&(s, _)| s == r.seq) else {
             self.unmatched += 1;
-            return;
+            return None;
         };
         let (_, sent_at) = self.outstanding.remove(at).expect("found");
         let reply = PingReply {
@@ -125,36 +136,52 @@ impl PingState {
             data_len: r.data_len,
             rtt: now.saturating_duration_since(sent_at),
         };
-        if let Some(f) = &self.on_reply {
-            f(&reply);
+        self.received += 1;
+        self.rtt_min = self.rtt_min.min(reply.rtt);
+        self.rtt_max = self.rtt_max.max(reply.rtt);
+        self.rtt_sum += reply.rtt;
+        if self.recent.len() == RECENT_REPLIES {
+            self.recent.pop_front();
         }
-        self.replies.push(reply);
+        self.recent.push_back(reply);
+        Some(reply)
     }
 
-    /// Replies received over requests sent, as ping's summary line says it.
-    pub fn summary(&self) -> String {
-        let lost = self.sent.saturating_sub(self.replies.len() as u32);
-        let loss = match self.sent {
+    /// Requests sent in the last second and not answered yet.
+    pub fn in_flight(&self, now: Instant) -> u32 {
+        self.outstanding
+            .iter()
+            .filter(|(_, at)| now.saturating_duration_since(*at) < IN_FLIGHT)
+            .count() as u32
+    }
+
+    /// Requests given up: neither answered nor still in flight.
+    pub fn lost(&self, now: Instant) -> u32 {
+        self.sent
+            .saturating_sub(self.received)
+            .saturating_sub(self.in_flight(now))
+    }
+
+    /// As ping's summary line says it.
+    pub fn summary(&self, now: Instant) -> String {
+        let lost = self.lost(now);
+        let asked = self.received + lost;
+        let loss = match asked {
             0 => 0.0,
             n => 100.0 * lost as f64 / n as f64,
         };
         let mut line = format!(
             "ping {}: {} sent, {} received, {:.0}% lost",
-            self.config.target,
-            self.sent,
-            self.replies.len(),
-            loss
+            self.config.target, self.sent, self.received, loss
         );
-        let us: Vec<f64> = self
-            .replies
-            .iter()
-            .map(|r| r.rtt.as_secs_f64() * 1e6)
-            .collect();
-        if !us.is_empty() {
-            let min = us.iter().copied().fold(f64::INFINITY, f64::min);
-            let max = us.iter().copied().fold(0.0, f64::max);
-            let avg = us.iter().sum::<f64>() / us.len() as f64;
-            line += &format!("; rtt min/avg/max {min:.1}/{avg:.1}/{max:.1} us");
+        if self.received > 0 {
+            let us = |d: Duration| d.as_secs_f64() * 1e6;
+            line += &format!(
+                "; rtt min/avg/max {:.1}/{:.1}/{:.1} us",
+                us(self.rtt_min),
+                us(self.rtt_sum) / self.received as f64,
+                us(self.rtt_max)
+            );
         }
         line
     }
@@ -162,23 +189,32 @@ impl PingState {
 
 /// An lcore's app with the pinger around it: every lcore records the
 /// replies it receives; the one made with `sends` also sends requests.
+/// Each reply also goes to `replies`, if given, for a thread off the data
+/// plane to print (never waited on: when it is full, the line is skipped).
 pub struct Pinger<A> {
     inner: A,
     state: Option<Arc<Mutex<PingState>>>,
     sends: bool,
     next_at: Instant,
-    replies: Vec<EchoReply>,
+    taken: Vec<EchoReply>,
+    replies: Option<SyncSender<PingReply>>,
 }
 
 impl<A> Pinger<A> {
     /// `state` None: no ping runs, `inner` alone.
-    pub fn new(inner: A, state: Option<Arc<Mutex<PingState>>>, sends: bool) -> Pinger<A> {
+    pub fn new(
+        inner: A,
+        state: Option<Arc<Mutex<PingState>>>,
+        sends: bool,
+        replies: Option<SyncSender<PingReply>>,
+    ) -> Pinger<A> {
         Pinger {
             inner,
             state,
             sends,
             next_at: Instant::now(),
-            replies: Vec::new(),
+            taken: Vec::new(),
+            replies,
         }
     }
 
@@ -187,34 +223,43 @@ impl<A> Pinger<A> {
     }
 
     fn ping<P: EchoIo>(&mut self, io: &mut P, state: &Mutex<PingState>) -> usize {
-        let now = Instant::now();
         let mut moved = 0;
-        io.take_echo_replies(&mut self.replies);
-        if !self.replies.is_empty() {
+        io.take_echo_replies(&mut self.taken);
+        if !self.taken.is_empty() {
+            let now = Instant::now();
             let mut s = state.lock().expect("ping state");
-            for r in self.replies.drain(..) {
-                s.record(&r, now);
+            for r in self.taken.drain(..) {
                 moved += 1;
-            }
-        }
-        if self.sends && now >= self.next_at {
-            let mut s = state.lock().expect("ping state");
-            if !s.done_sending() {
-                let seq = (s.sent + s.unsent) as u16;
-                let (target, ident, data_len) = (s.config.target, s.ident, s.config.data_len);
-                if io.send_echo_request(target, ident, seq, data_len) {
-                    s.sent += 1;
-                    if s.outstanding.len() == MAX_OUTSTANDING {
-                        s.outstanding.pop_front();
-                    }
-                    s.outstanding.push_back((seq, now));
-                } else {
-                    s.unsent += 1;
+                if let (Some(reply), Some(tx)) = (s.record(&r, now), &self.replies) {
+                    let _ = tx.try_send(reply);
                 }
-                moved += 1;
             }
-            self.next_at = now + s.config.interval;
         }
+        if !self.sends {
+            return moved;
+        }
+        let now = Instant::now();
+        if now < self.next_at {
+            return moved;
+        }
+        let mut s = state.lock().expect("ping state");
+        if !s.done_sending() {
+            // Sequence numbers wrap at 2^16, as ping's do; at most
+            // MAX_OUTSTANDING are in flight, so they stay distinct.
+            let seq = s.sent.wrapping_add(s.unsent) as u16;
+            let (target, ident, data_len) = (s.config.target, s.ident, s.config.data_len);
+            if io.send_echo_request(target, ident, seq, data_len) {
+                s.sent += 1;
+                if s.outstanding.len() == MAX_OUTSTANDING {
+                    s.outstanding.pop_front();
+                }
+                s.outstanding.push_back((seq, now));
+            } else {
+                s.unsent += 1;
+            }
+            moved += 1;
+        }
+        self.next_at = now + s.config.interval;
         moved
     }
 }

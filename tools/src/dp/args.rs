@@ -22,7 +22,7 @@ ainftp-dp --ip 10.0.0.2/24 --udp-echo 7   # on a new TAP device, dtap0; then:\n 
 ip addr add 10.0.0.1/24 dev dtap0; ip link set dtap0 up; ping 10.0.0.2\n  \
 ainftp-dp --lcores 2-7 --pci 0000:3b:00.0 --ip 10.0.0.2/24 --gateway 10.0.0.1\n  \
 ainftp-dp --vdev net_af_xdp0,iface=veth1 --ip 10.9.0.2/24 --udp-echo 9000\n  \
-ainftp-dp --pci 0000:3b:00.0 --ip 10.0.0.2/24 --ping 10.0.0.1 --ping-count 3\n  \
+ainftp-dp --pci 0000:3b:00.0 --ip 10.0.0.2/24 --ping 10.0.0.1 --duration 5\n  \
 ainftp-dp --config node.toml --duration 60\n\n\
 Subcommand:\n  \
 ainftp-dp certs --dir /etc/ainftp --ca --node node0   # see certs --help"
@@ -118,7 +118,10 @@ pub struct DpArgs {
     #[arg(long, value_name = "ADDR")]
     pub ping: Option<String>,
 
-    /// Echo requests to send with --ping [default: until stopped].
+    /// Echo requests to send with --ping [default: until stopped]. The
+    /// appliance runs on after the last (it serves too): stop it with
+    /// --duration or a signal; a request sent in the last second before
+    /// that counts as in flight, not lost.
     #[arg(long, value_name = "N")]
     pub ping_count: Option<u32>,
 

@@ -250,8 +250,18 @@ fn ping_plan(args: &DpArgs, file: &FileConfig, rt: &RuntimeConfig) -> Result<Opt
     if target == host.ip {
         return Err(Error::Usage(format!("--ping {target} is our own address")));
     }
-    if target.is_unspecified() || target.is_multicast() || target.is_broadcast() {
+    if target.is_unspecified()
+        || target.is_multicast()
+        || target.is_broadcast()
+        || target.is_loopback()
+    {
         return Err(Error::Usage(format!("--ping {target}: not a host address")));
+    }
+    if let Some(which) = host.reserved_in_subnet(target) {
+        return Err(Error::Usage(format!(
+            "--ping {target} is the {which} address of {}/{}, not a host",
+            host.ip, host.prefix_len
+        )));
     }
     if host.next_hop(target).is_none() {
         return Err(Error::Usage(format!(
@@ -501,6 +511,9 @@ mod tests {
             (vec!["--ping", "10.0.0.2"], "our own address"),
             (vec!["--ping", "10.0.0"], "not an IPv4 address"),
             (vec!["--ping", "224.0.0.1"], "not a host address"),
+            (vec!["--ping", "127.0.0.1"], "not a host address"),
+            (vec!["--ping", "10.0.0.255"], "broadcast address"),
+            (vec!["--ping", "10.0.0.0"], "network address"),
             (vec!["--ping-count", "3"], "go with --ping ADDR"),
             (
                 vec!["--ping", "10.0.0.1", "--ping-count", "0"],

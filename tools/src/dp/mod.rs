@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use stack::runtime::{Echo, PingState, Pinger, Runtime, Services, ServicesApp};
+use stack::runtime::{Echo, PingReply, PingState, Pinger, Runtime, Services, ServicesApp};
 
 use crate::arena_pool::ArenaPool;
 use crate::eal_setup::{self, EalOptions};
@@ -78,7 +78,14 @@ pub fn run(args: &args::DpArgs) -> Result<Summary> {
             cfg.data_len,
             cfg.interval.as_secs_f64()
         );
-        let print = |r: &stack::runtime::PingReply| {
+        // Our identifier, as ping's: the low bits of the process id.
+        PingState::new(cfg, std::process::id() as u16)
+    });
+    // Reply lines are printed here, off the lcores: a slow stderr must
+    // not stall the data plane (a full channel skips lines instead).
+    let (reply_tx, reply_rx) = std::sync::mpsc::sync_channel::<PingReply>(256);
+    let printer = std::thread::spawn(move || {
+        for r in reply_rx {
             crate::eline!(
                 "ainftp-dp: {} bytes from {}: icmp_seq={} time={:.1} us",
                 r.data_len + 8,
@@ -86,10 +93,9 @@ pub fn run(args: &args::DpArgs) -> Result<Summary> {
                 r.seq,
                 r.rtt.as_secs_f64() * 1e6
             );
-        };
-        // Our identifier, as ping's: the low bits of the process id.
-        PingState::new(cfg, std::process::id() as u16, Some(Box::new(print)))
+        }
     });
+    let reply_tx = ping.as_ref().map(|_| reply_tx);
     let started = Instant::now();
     let result = runtime.run_apps(stop.clone(), |i| {
         let mut s = Services::new();
@@ -97,11 +103,15 @@ pub fn run(args: &args::DpArgs) -> Result<Summary> {
             s.listen(p, Box::new(Echo));
         }
         // lcore 0 sends the requests; every lcore takes the replies it gets.
-        Pinger::new(ServicesApp::new(s), ping.clone(), i == 0)
+        Pinger::new(ServicesApp::new(s), ping.clone(), i == 0, reply_tx.clone())
     });
     stop.store(true, Ordering::Relaxed);
     let _ = watcher.join();
-    let (run, _) = result?;
+    drop(reply_tx);
+    let run = result.map(|(run, _apps)| run);
+    // The apps, and with them the last senders, are gone: it ends.
+    let _ = printer.join();
+    let run = run?;
     let mut summary = Summary::new(
         &run,
         &lcores,

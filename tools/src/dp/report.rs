@@ -92,29 +92,38 @@ pub struct PingSummary {
     pub target: String,
     pub sent: u32,
     pub received: u32,
+    /// Neither answered nor sent in the last second before the stop.
+    pub lost: u32,
     /// Requests the port could not send (no mbuf, no route).
     pub unsent: u32,
     /// Replies to no request in flight (duplicates).
     pub unmatched: u32,
-    pub rtt_us: Vec<f64>,
+    pub rtt_min_us: Option<f64>,
+    pub rtt_avg_us: Option<f64>,
+    pub rtt_max_us: Option<f64>,
+    /// The last replies' round trips (at most 64).
+    pub recent_rtt_us: Vec<f64>,
     #[serde(skip)]
     line: String,
 }
 
 impl PingSummary {
     pub fn new(state: &stack::runtime::PingState) -> PingSummary {
+        let now = std::time::Instant::now();
+        let us = |d: Duration| d.as_secs_f64() * 1e6;
+        let got = state.received > 0;
         PingSummary {
             target: state.config().target.to_string(),
             sent: state.sent,
-            received: state.replies.len() as u32,
+            received: state.received,
+            lost: state.lost(now),
             unsent: state.unsent,
             unmatched: state.unmatched,
-            rtt_us: state
-                .replies
-                .iter()
-                .map(|r| r.rtt.as_secs_f64() * 1e6)
-                .collect(),
-            line: state.summary(),
+            rtt_min_us: got.then(|| us(state.rtt_min)),
+            rtt_avg_us: got.then(|| us(state.rtt_sum) / state.received as f64),
+            rtt_max_us: got.then(|| us(state.rtt_max)),
+            recent_rtt_us: state.recent.iter().map(|r| us(r.rtt)).collect(),
+            line: state.summary(now),
         }
     }
 }

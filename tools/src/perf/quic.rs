@@ -481,7 +481,6 @@ impl Client {
                 let rtt = self.rr_started.expect("started").elapsed();
                 let _ = self.latency.record(rtt.as_nanos() as u64);
                 let conn = self.rr_done as usize % self.handles.len();
-                self.rr_by_conn.resize(self.handles.len(), 0);
                 self.rr_by_conn[conn] += 1;
             }
             self.rr_done += 1;
@@ -553,9 +552,11 @@ pub fn client(args: &PerfArgs) -> Result<serde_json::Value> {
     let clients = run_endpoint(args, cfg, false, None, Some(target), stop, |slot| {
         // Every lcore counts itself in before any of them runs.
         running.fetch_add(1, Ordering::Relaxed);
+        let locals = connection_locals(slot, conns, target, transport == Transport::Dpdk)?;
         Ok(Client {
             target,
-            locals: connection_locals(slot, conns, target, transport == Transport::Dpdk)?,
+            rr_by_conn: vec![0; locals.len()],
+            locals,
             test,
             streams,
             bytes,
@@ -569,7 +570,6 @@ pub fn client(args: &PerfArgs) -> Result<serde_json::Value> {
             jobs: Vec::new(),
             rr_started: None,
             rr_done: 0,
-            rr_by_conn: Vec::new(),
             latency: Histogram::new(3).expect("histogram"),
             finished_at: None,
             error: None,
@@ -665,7 +665,13 @@ pub fn client(args: &PerfArgs) -> Result<serde_json::Value> {
         }
         QuicTest::Rr => {
             let q = |p: f64| latency.value_at_quantile(p) as f64 / 1000.0;
-            let by_conn: Vec<u64> = active.iter().flat_map(|c| c.rr_by_conn.clone()).collect();
+            // Connection c is lcore c % lcores's (c / lcores)-th.
+            let mut by_conn = vec![0u64; conns];
+            for (lcore, c) in clients.iter().enumerate() {
+                for (k, &n) in c.rr_by_conn.iter().enumerate() {
+                    by_conn[k * lcores + lcore] = n;
+                }
+            }
             crate::oline!(
                 "quic rr over {transport}: {} requests of {size} B, p50 {:.1} us p99 {:.1} us p999 {:.1} us; handshake {hs_us} us",
                 latency.len(),
