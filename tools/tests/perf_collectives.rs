@@ -616,3 +616,66 @@ fn missing_environment_and_bad_dpdk_flags_are_one_line_errors() {
         "{stderr}"
     );
 }
+
+/// Mutual TLS between ranks: with `--certs DIR`, rank R presents the node
+/// `rankR` of DIR and checks every peer against DIR's CA. A rank whose
+/// certificate comes from another cluster is refused, and the error says
+/// why; a missing rank's files are named before anything starts.
+#[test]
+fn with_cluster_certificates_every_rank_proves_membership() {
+    const DP: &str = env!("CARGO_BIN_EXE_ainftp-dp");
+    let ours = tempfile::tempdir().unwrap();
+    let theirs = tempfile::tempdir().unwrap();
+    for dir in [&ours, &theirs] {
+        let out = Command::new(DP)
+            .args(["certs", "--dir", dir.path().to_str().unwrap(), "--ca"])
+            .args(["--node", "rank0", "--node", "rank1"])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let d = ours.path().to_str().unwrap();
+    let run = |ranks: &str| {
+        perf(&[
+            "allreduce",
+            "--local-ranks",
+            ranks,
+            "-b",
+            "1K",
+            "-e",
+            "64K",
+            "-f",
+            "8",
+            "-n",
+            "2",
+            "-w",
+            "1",
+            "--connect-timeout",
+            "3",
+            "--certs",
+            d,
+            "--json",
+        ])
+    };
+    check_rows(&common::json_rows(&run("2")), 1e-6, true);
+
+    let missing = run("3");
+    let stderr = String::from_utf8_lossy(&missing.stderr);
+    assert!(!missing.status.success());
+    assert!(stderr.contains("no rank2.pem for rank 2"), "{stderr}");
+
+    for f in ["rank1.pem", "rank1.key"] {
+        std::fs::copy(theirs.path().join(f), ours.path().join(f)).unwrap();
+    }
+    let foreign = run("2");
+    let stderr = String::from_utf8_lossy(&foreign.stderr);
+    assert!(!foreign.status.success(), "a foreign rank got in: {stderr}");
+    assert!(
+        stderr.contains("TLS alert") && stderr.contains("same cluster CA"),
+        "{stderr}"
+    );
+}

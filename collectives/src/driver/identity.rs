@@ -5,12 +5,13 @@ use stack::quic::certs::{create_ca, issue_node};
 use stack::quic::{QuicConfig, Trust};
 use tempfile::TempDir;
 
-use super::mesh::SERVER_NAME;
+use super::mesh::node_name;
 use crate::error::{Error, Result};
 
 /// `base` with a fresh self-signed identity and no peer verification
 /// (peers are the addresses the caller supplied; use
-/// `QuicConfig::cluster_node` in `DriverConfig::quic` for mutual TLS).
+/// `QuicConfig::cluster_node` with rank R's node `node_name(R)` in
+/// `DriverConfig::quic` for mutual TLS).
 /// The files live in the returned directory, removed when it is dropped:
 /// keep it until the endpoint has loaded them.
 pub fn ephemeral(rank: usize, base: QuicConfig) -> Result<(QuicConfig, TempDir)> {
@@ -25,7 +26,7 @@ pub fn ephemeral(rank: usize, base: QuicConfig) -> Result<(QuicConfig, TempDir)>
         ))
     };
     create_ca(dir.path(), "ephemeral").map_err(cert_err)?;
-    let files = issue_node(dir.path(), SERVER_NAME).map_err(cert_err)?;
+    let files = issue_node(dir.path(), &node_name(rank)).map_err(cert_err)?;
     let cfg = QuicConfig {
         cert_chain: Some(files.cert),
         private_key: Some(files.key),

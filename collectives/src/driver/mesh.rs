@@ -33,8 +33,12 @@ use crate::Progress;
 /// ALPN of the collectives protocol between ranks.
 /// (2: ranks say goodbye when they leave.)
 pub const COLL_ALPN: &[u8] = b"ainftp-coll/2";
-/// Name the dialler expects in the acceptor's certificate.
-pub const SERVER_NAME: &str = "ainftp-rank";
+/// Rank `r`'s TLS name: the dialler expects it in the acceptor's
+/// certificate, so with cluster certificates each rank's node is named so
+/// (`ainftp-dp certs --node rank0 --node rank1 ...`).
+pub fn node_name(rank: usize) -> String {
+    format!("rank{rank}")
+}
 const HELLO_MAGIC: &[u8; 8] = b"AINFTPH1";
 const HELLO_LEN: usize = 16;
 const BYE_MAGIC: &[u8; 8] = b"AINFTPB1";
@@ -219,7 +223,7 @@ impl<B: Backend> Mesh<B> {
                 let addr = mesh.peers[peer];
                 let conn = mesh
                     .ep
-                    .connect(local, addr, Some(SERVER_NAME))
+                    .connect(local, addr, Some(&node_name(peer)))
                     .map_err(|e| {
                         Error::Transport(format!("dialling rank {peer} at {addr}: {e}"))
                     })?;
@@ -811,17 +815,12 @@ impl<B: Backend> Mesh<B> {
     }
 }
 
+/// Why a connection closed, in words (TLS alerts by name), with where to
+/// look when certificates are the likely cause.
 fn describe(reason: &CloseReason) -> String {
-    let text = |r: &[u8]| String::from_utf8_lossy(r).into_owned();
-    match reason {
-        CloseReason::Peer { code, reason, .. } => {
-            format!("closed by the peer (code {code}: {})", text(reason))
-        }
-        CloseReason::Local { code, reason, .. } => {
-            format!("closed here (code {code}: {})", text(reason))
-        }
-        CloseReason::IdleTimeout => "QUIC idle timeout".into(),
-        CloseReason::Refused(why) => format!("refused: {why}"),
+    match reason.is_certificate_trouble() {
+        true => format!("{reason} (are both ranks' certificates from the same cluster CA?)"),
+        false => reason.to_string(),
     }
 }
 

@@ -107,7 +107,8 @@ pub struct DriverConfig {
     pub spin: Duration,
     /// TLS identity and QUIC tuning (windows, congestion control). Without
     /// a certificate: a throw-away self-signed identity and no peer
-    /// verification; `QuicConfig::cluster_node` for mutual TLS. (The ALPN,
+    /// verification; `QuicConfig::cluster_node` with this rank's node,
+    /// named `mesh::node_name(rank)`, for mutual TLS. (The ALPN,
     /// UDP payload and idle timeout are set by the driver.)
     pub quic: QuicConfig,
     /// The kernel UDP socket of `Communicator::new` / `from_env`.

@@ -333,9 +333,10 @@ pub struct PerfArgs {
     #[arg(long, default_value_t = 100_000_000, value_parser = clap::value_parser!(u64).range(1..))]
     pub bytes: u64,
 
-    /// quic-*: cluster certificates (ainftp-dp certs: nodes `server` and
-    /// `client`), mutual TLS. Without: a throwaway server certificate and
-    /// no verification (benchmarks only).
+    /// quic-*, collectives: cluster certificates, mutual TLS (make them
+    /// with ainftp-dp certs: quic-* use the nodes `server` and `client`,
+    /// rank R of a collective the node `rankR`). Without: throwaway
+    /// certificates and no verification (benchmarks only).
     #[arg(long, value_name = "DIR")]
     pub certs: Option<std::path::PathBuf>,
 

@@ -10,10 +10,12 @@ pub mod vnet;
 use std::net::SocketAddrV4;
 use std::time::{Duration, Instant};
 
+use collectives::driver::rendezvous::RankEnv;
 use collectives::driver::{Backend, DriverConfig, DriverCounters, Lanes};
 use collectives::{Algo, Codec, Collective, Config, Op, ReduceOp, Rounding};
 use serde::Serialize;
 use stack::io::kernel::KernelUdpConfig;
+use stack::quic::certs::NodeFiles;
 use stack::quic::QuicConfig;
 
 use crate::error::{Error, Result};
@@ -82,7 +84,8 @@ pub fn run(args: &PerfArgs) -> Result<()> {
     }
     // Before anything pins this thread: the spin default counts the CPUs
     // this process may use.
-    let config = driver_config(args);
+    let mut config = driver_config(args);
+    config.quic = cluster_identity(args, config.quic)?;
     // Before anything pins this thread: threads started later inherit its
     // CPU, and the launcher's choice is read from this thread's affinity.
     let cpus = lane_cpus(args)?;
@@ -303,6 +306,12 @@ fn validate(args: &PerfArgs) -> Result<()> {
     }
     if !local::is_child() {
         check_memory(args)?;
+        // Every local rank's files, before any starts.
+        if let (Some(dir), Some(n)) = (&args.certs, args.local_ranks) {
+            for rank in 0..n as usize {
+                rank_files(dir, rank)?;
+            }
+        }
     }
     if args.minbytes > args.maxbytes {
         return Err(Error::Usage(format!(
@@ -330,6 +339,37 @@ fn validate(args: &PerfArgs) -> Result<()> {
         return Err(Error::Usage("--op does not apply to broadcast".into()));
     }
     Ok(())
+}
+
+/// `--certs DIR`: rank R's node files in DIR (`rankR.pem`, `rankR.key`,
+/// `ca.pem`), mutual TLS with every peer.
+fn cluster_identity(args: &PerfArgs, base: QuicConfig) -> Result<QuicConfig> {
+    let Some(dir) = &args.certs else {
+        return Ok(base);
+    };
+    let rank = RankEnv::from_env()?.rank;
+    let files = rank_files(dir, rank)?;
+    Ok(QuicConfig {
+        congestion_control: base.congestion_control,
+        pacing: base.pacing,
+        ..QuicConfig::cluster_node(&files)
+    })
+}
+
+/// Rank `rank`'s node files in `dir`, or which one is missing.
+fn rank_files(dir: &std::path::Path, rank: usize) -> Result<NodeFiles> {
+    let files = NodeFiles::in_dir(dir, &collectives::driver::mesh::node_name(rank));
+    for f in [&files.ca, &files.cert, &files.key] {
+        if !f.exists() {
+            return Err(Error::Usage(format!(
+                "--certs {}: no {} for rank {rank} (make them: ainftp-dp certs --dir {} --ca --node rank0 --node rank1 ...)",
+                dir.display(),
+                f.file_name().unwrap_or_default().to_string_lossy(),
+                dir.display()
+            )));
+        }
+    }
+    Ok(files)
 }
 
 fn driver_config(args: &PerfArgs) -> DriverConfig {
