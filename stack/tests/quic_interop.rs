@@ -110,6 +110,10 @@ fn aioquic_client_against_our_server_on_dpdk() {
     assert!(line.contains("\"streams\": 2"), "{line}");
 
     let (_, apps) = finish_clean(running);
+    // Stateless retry on the real link: each of the three aioquic clients
+    // above had to prove its address with our token before we kept state.
+    let stats = apps[0].endpoint.stats();
+    assert!(stats.retries_sent >= 3, "{stats:?}");
     let closed = &apps[0].service.closed;
     assert!(
         closed.iter().any(|e| matches!(
