@@ -652,7 +652,9 @@ fn configure(info: &PortInfo, cfg: &PortConfig, pool: &Mempool) -> Result<PortFe
             conf.rxmode.offloads |= rx_rss_hash;
         }
     } else if cfg.rss && cfg.rx_queues > 1 {
-        tracing::warn!(port = %name, driver = %info.driver, "PMD has no IPv4/UDP RSS; flows will not be spread by hash");
+        // Debug only: the caller decides what to do instead (the stack
+        // steers in software) and says so.
+        tracing::debug!(port = %name, driver = %info.driver, "PMD has no IPv4/UDP RSS; flows will not be spread by hash");
     }
     let (mut tx_offloads, mut rx_offloads) = (0, 0);
     if cfg.checksum_offload {

@@ -584,3 +584,32 @@ fn a_closed_stderr_does_not_abort_the_appliance() {
         "TAP left behind"
     );
 }
+
+/// A PMD without RSS (net_ring) on two lcores: ainftp-dp falls back to
+/// software steering and says so, once, in its log and its banner.
+#[test]
+fn without_rss_the_appliance_steers_in_software_and_says_so() {
+    let out = Command::new(DP)
+        .args([
+            "--vdev",
+            "net_ring_dp0",
+            "--ip",
+            "10.64.0.2/24",
+            "--lcores",
+            "0-1",
+        ])
+        .args(["--duration", "0.3", "--stats-period", "0"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(
+        stderr
+            .matches("steers flows to the others in software")
+            .count(),
+        1,
+        "{stderr}"
+    );
+    assert!(stderr.contains("steering software"), "{stderr}");
+    assert!(!stderr.contains("will not be spread"), "{stderr}");
+}

@@ -105,8 +105,14 @@ pub struct DpArgs {
     pub mbuf_arena: Option<bool>,
 
     /// Do not use the NIC's checksum offloads (compute in software).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "checksum_offload")]
     pub no_checksum_offload: bool,
+
+    /// Use the NIC's checksum offloads where it has them [default: true];
+    /// `--checksum-offload=true` turns back on what the config file
+    /// turned off.
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    pub checksum_offload: Option<bool>,
 
     /// Impair what we send, for experiments: e.g. loss=0.05,delay=2ms,jitter=1ms,dup=0.01,reorder=0.1,corrupt=0.001,seed=7.
     #[arg(long, value_name = "SPEC")]

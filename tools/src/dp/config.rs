@@ -178,7 +178,11 @@ pub fn plan(args: &DpArgs) -> Result<Plan> {
         }
         rt.mbufs = n;
     }
-    rt.checksum_offload = !args.no_checksum_offload && file.checksum_offload.unwrap_or(true);
+    rt.checksum_offload = args
+        .checksum_offload
+        .or(args.no_checksum_offload.then_some(false))
+        .or(file.checksum_offload)
+        .unwrap_or(true);
     if let Some(spec) = args.impair.as_ref().or(file.impair.as_ref()) {
         let cfg: stack::io::impair::ImpairConfig = spec
             .parse()
@@ -443,6 +447,27 @@ mod tests {
         ]))
         .unwrap();
         assert!(!p.runtime.symmetric_rss && !p.mbuf_arena);
+        std::fs::write(
+            &file,
+            "ip = \"10.1.0.2/16\"\nvdev = \"net_null0\"\nchecksum_offload = false\n",
+        )
+        .unwrap();
+        assert!(
+            !plan(&args(&["--config", f]))
+                .unwrap()
+                .runtime
+                .checksum_offload
+        );
+        let on = plan(&args(&["--config", f, "--checksum-offload=true"])).unwrap();
+        assert!(on.runtime.checksum_offload);
+        let off = plan(&args(&[
+            "--ip",
+            "10.0.0.2/24",
+            "--lcores",
+            "0",
+            "--no-checksum-offload",
+        ]));
+        assert!(!off.unwrap().runtime.checksum_offload);
         let p = plan(&args(&[
             "--ip",
             "10.0.0.2/24",
