@@ -623,20 +623,10 @@ fn missing_environment_and_bad_dpdk_flags_are_one_line_errors() {
 /// why; a missing rank's files are named before anything starts.
 #[test]
 fn with_cluster_certificates_every_rank_proves_membership() {
-    const DP: &str = env!("CARGO_BIN_EXE_ainftp-dp");
     let ours = tempfile::tempdir().unwrap();
     let theirs = tempfile::tempdir().unwrap();
     for dir in [&ours, &theirs] {
-        let out = Command::new(DP)
-            .args(["certs", "--dir", dir.path().to_str().unwrap(), "--ca"])
-            .args(["--node", "rank0", "--node", "rank1"])
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        common::make_cluster(dir.path(), &["rank0", "rank1"]);
     }
     let d = ours.path().to_str().unwrap();
     let run = |ranks: &str| {

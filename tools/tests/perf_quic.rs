@@ -5,6 +5,8 @@
 //! spread over two lcores, each connection's port picked so that its
 //! replies come back to the lcore that owns it.
 
+mod common;
+
 use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
 
@@ -479,22 +481,10 @@ fn dpdk_client_sends_jumbo_datagrams_when_the_port_takes_a_larger_mtu() {
 /// from another cluster is refused, and says it is about certificates.
 #[test]
 fn with_cluster_certificates_only_members_get_through() {
-    const DP: &str = env!("CARGO_BIN_EXE_ainftp-dp");
     let ours = tempfile::tempdir().unwrap();
     let theirs = tempfile::tempdir().unwrap();
     for dir in [&ours, &theirs] {
-        let d = dir.path().to_str().unwrap();
-        let out = Command::new(DP)
-            .args([
-                "certs", "--dir", d, "--ca", "--node", "server", "--node", "client",
-            ])
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        common::make_cluster(dir.path(), &["server", "client"]);
     }
     let port = 24_439;
     let _server = Server::start_with(

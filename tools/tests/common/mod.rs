@@ -135,3 +135,19 @@ pub fn exit_with_closed_pipes(mut cmd: Command) -> std::process::ExitStatus {
     drop(child.stderr.take());
     child.wait().expect("wait for the binary")
 }
+
+/// A cluster CA and node certificates in `dir`, made the way a user makes
+/// them: `ainftp-dp certs --dir DIR --ca --node N ...`.
+pub fn make_cluster(dir: &std::path::Path, nodes: &[&str]) {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_ainftp-dp"));
+    cmd.args(["certs", "--dir", dir.to_str().unwrap(), "--ca"]);
+    for n in nodes {
+        cmd.args(["--node", n]);
+    }
+    let out = cmd.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
