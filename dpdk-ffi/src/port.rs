@@ -158,7 +158,13 @@ impl Port {
         }
         // After start: some PMDs program the configured key only then.
         if let (Some(key), true) = (&cfg.rss_key, features.rss_hf != 0) {
-            ensure_rss_key(id, &info, key, features.rss_hf)?;
+            if let Err(e) = ensure_rss_key(id, &info, key, features.rss_hf) {
+                // SAFETY: valid, started port. Stopped here so that the
+                // device no longer writes into the pool before its DMA
+                // mapping (`dma`) and the port (`guard`) go.
+                unsafe { sys::rte_eth_dev_stop(id) };
+                return Err(e);
+            }
         }
         std::mem::forget(guard);
         tracing::info!(port = id, %name, driver = %info.driver, ?features, "port started");

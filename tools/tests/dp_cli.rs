@@ -160,6 +160,16 @@ fn answers_ping_and_udp_on_a_tap_device_and_stops_cleanly_on_sigterm() {
     assert_eq!(ping["target"], "10.88.0.1", "{json}");
     assert!(ping["received"].as_u64().unwrap() >= 5, "{json}");
     assert_eq!(ping["unmatched"], 0, "{json}");
+    // Requests sent before the kernel side was up waited for ARP, and
+    // were answered then: none lost.
+    assert_eq!(ping["lost"], 0, "{json}");
+    let rtt = |k: &str| ping[k].as_f64().unwrap();
+    assert!(
+        0.0 < rtt("rtt_min_us")
+            && rtt("rtt_min_us") <= rtt("rtt_avg_us")
+            && rtt("rtt_avg_us") <= rtt("rtt_max_us"),
+        "{json}"
+    );
     assert!(
         stderr.contains("64 bytes from 10.88.0.1: icmp_seq=") && stderr.contains("received"),
         "{stderr}"
@@ -599,6 +609,7 @@ fn without_rss_the_appliance_steers_in_software_and_says_so() {
             "0-1",
         ])
         .args(["--duration", "0.3", "--stats-period", "0"])
+        .env_remove("RUST_LOG") // the default log level, as a user has it
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);

@@ -90,6 +90,9 @@ pub struct PingState {
     pub recent: VecDeque<PingReply>,
     /// Replies to no request in flight (a duplicate, or one given up).
     pub unmatched: u32,
+    /// When the runtime stopped (the first lcore to drain says so):
+    /// requests are judged lost or in flight as of then.
+    stopped_at: Option<Instant>,
 }
 
 impl PingState {
@@ -107,6 +110,7 @@ impl PingState {
             rtt_sum: Duration::ZERO,
             recent: VecDeque::new(),
             unmatched: 0,
+            stopped_at: None,
         }))
     }
 
@@ -136,7 +140,7 @@ impl PingState {
             data_len: r.data_len,
             rtt: now.saturating_duration_since(sent_at),
         };
-        self.received += 1;
+        self.received = self.received.saturating_add(1);
         self.rtt_min = self.rtt_min.min(reply.rtt);
         self.rtt_max = self.rtt_max.max(reply.rtt);
         self.rtt_sum += reply.rtt;
@@ -147,8 +151,16 @@ impl PingState {
         Some(reply)
     }
 
-    /// Requests sent in the last second and not answered yet.
-    pub fn in_flight(&self, now: Instant) -> u32 {
+    /// The moment the run's results are judged at: when it stopped, or
+    /// now while it runs.
+    fn judged_at(&self) -> Instant {
+        self.stopped_at.unwrap_or_else(Instant::now)
+    }
+
+    /// Requests sent in the last second (before the stop) and not
+    /// answered yet.
+    pub fn in_flight(&self) -> u32 {
+        let now = self.judged_at();
         self.outstanding
             .iter()
             .filter(|(_, at)| now.saturating_duration_since(*at) < IN_FLIGHT)
@@ -156,15 +168,15 @@ impl PingState {
     }
 
     /// Requests given up: neither answered nor still in flight.
-    pub fn lost(&self, now: Instant) -> u32 {
+    pub fn lost(&self) -> u32 {
         self.sent
             .saturating_sub(self.received)
-            .saturating_sub(self.in_flight(now))
+            .saturating_sub(self.in_flight())
     }
 
     /// As ping's summary line says it.
-    pub fn summary(&self, now: Instant) -> String {
-        let lost = self.lost(now);
+    pub fn summary(&self) -> String {
+        let lost = self.lost();
         let asked = self.received + lost;
         let loss = match asked {
             0 => 0.0,
@@ -249,13 +261,13 @@ impl<A> Pinger<A> {
             let seq = s.sent.wrapping_add(s.unsent) as u16;
             let (target, ident, data_len) = (s.config.target, s.ident, s.config.data_len);
             if io.send_echo_request(target, ident, seq, data_len) {
-                s.sent += 1;
+                s.sent = s.sent.saturating_add(1);
                 if s.outstanding.len() == MAX_OUTSTANDING {
                     s.outstanding.pop_front();
                 }
                 s.outstanding.push_back((seq, now));
             } else {
-                s.unsent += 1;
+                s.unsent = s.unsent.saturating_add(1);
             }
             moved += 1;
         }
@@ -276,10 +288,142 @@ impl<P: PacketIo + EchoIo, A: LcoreApp<P>> LcoreApp<P> for Pinger<A> {
     }
 
     fn drain(&mut self, io: &mut P) {
+        if let Some(state) = &self.state {
+            let mut s = state.lock().expect("ping state");
+            s.stopped_at.get_or_insert_with(Instant::now);
+        }
         self.inner.drain(io);
     }
 
     fn counters(&self) -> Counters {
         self.inner.counters()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Answers (or not) the requests it is asked to send.
+    #[derive(Default)]
+    struct Peer {
+        sent: Vec<u16>,
+        answer: bool,
+        pending: Vec<EchoReply>,
+    }
+
+    impl EchoIo for Peer {
+        fn send_echo_request(
+            &mut self,
+            dst: Ipv4Addr,
+            ident: u16,
+            seq: u16,
+            data_len: usize,
+        ) -> bool {
+            self.sent.push(seq);
+            if self.answer {
+                self.pending.push(EchoReply {
+                    from: dst,
+                    ident,
+                    seq,
+                    data_len,
+                });
+            }
+            true
+        }
+
+        fn take_echo_replies(&mut self, out: &mut Vec<EchoReply>) {
+            out.append(&mut self.pending);
+        }
+    }
+
+    fn config(count: Option<u32>) -> PingConfig {
+        PingConfig {
+            target: Ipv4Addr::new(10, 0, 0, 1),
+            count,
+            interval: Duration::ZERO,
+            data_len: 56,
+        }
+    }
+
+    #[test]
+    fn replies_are_matched_counted_and_kept_in_bounded_memory() {
+        let state = PingState::new(config(Some(100)), 7);
+        let mut pinger = Pinger::new((), Some(state.clone()), true, None);
+        let mut peer = Peer {
+            answer: true,
+            ..Peer::default()
+        };
+        for _ in 0..200 {
+            pinger.ping(&mut peer, &state);
+        }
+        let s = state.lock().unwrap();
+        assert_eq!(
+            peer.sent,
+            (0..100).collect::<Vec<u16>>(),
+            "--ping-count stops it"
+        );
+        assert_eq!(
+            (s.sent, s.received, s.lost(), s.unmatched),
+            (100, 100, 0, 0)
+        );
+        assert_eq!(s.recent.len(), RECENT_REPLIES);
+        assert_eq!(s.recent.back().unwrap().seq, 99);
+        assert!(s.rtt_min <= s.rtt_max);
+        assert!(
+            s.summary().contains("100 sent, 100 received, 0% lost"),
+            "{}",
+            s.summary()
+        );
+    }
+
+    #[test]
+    fn unanswered_requests_are_in_flight_for_a_second_then_lost() {
+        let state = PingState::new(config(None), 7);
+        let mut pinger = Pinger::new((), Some(state.clone()), true, None);
+        let mut silent = Peer::default();
+        for _ in 0..3 {
+            pinger.ping(&mut silent, &state);
+        }
+        let mut s = state.lock().unwrap();
+        assert_eq!((s.sent, s.in_flight(), s.lost()), (3, 3, 0));
+        // Judged a second and more after they left (as at a late stop).
+        s.stopped_at = Some(Instant::now() + IN_FLIGHT);
+        assert_eq!((s.in_flight(), s.lost()), (0, 3));
+        assert!(
+            s.summary().contains("3 sent, 0 received, 100% lost"),
+            "{}",
+            s.summary()
+        );
+        // A reply to nothing in flight, or from someone else, is not ours.
+        let stray = EchoReply {
+            from: Ipv4Addr::new(10, 0, 0, 1),
+            ident: 7,
+            seq: 999,
+            data_len: 56,
+        };
+        assert!(s.record(&stray, Instant::now()).is_none());
+        assert_eq!(s.unmatched, 1);
+        let other = EchoReply {
+            ident: 8,
+            seq: 0,
+            ..stray
+        };
+        assert!(s.record(&other, Instant::now()).is_none());
+        assert_eq!((s.unmatched, s.received), (1, 0));
+    }
+
+    #[test]
+    fn sequence_numbers_wrap_and_old_requests_are_given_up() {
+        let state = PingState::new(config(None), 7);
+        let mut pinger = Pinger::new((), Some(state.clone()), true, None);
+        let mut silent = Peer::default();
+        for _ in 0..70_000 {
+            pinger.ping(&mut silent, &state);
+        }
+        let s = state.lock().unwrap();
+        assert_eq!(silent.sent[65_536], 0, "wraps at 2^16");
+        assert_eq!(s.outstanding.len(), MAX_OUTSTANDING);
+        assert_eq!(s.sent, 70_000);
     }
 }

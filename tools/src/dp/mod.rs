@@ -28,6 +28,23 @@ pub fn run(args: &args::DpArgs) -> Result<Summary> {
             )));
         }
     }
+    // --ping's reply lines are printed here, off the lcores: a slow
+    // stderr must not stall the data plane (a full channel skips lines
+    // instead). Started before EAL pins this thread to the main lcore, so
+    // that it does not inherit that CPU.
+    let (reply_tx, reply_rx) = std::sync::mpsc::sync_channel::<PingReply>(256);
+    let printer = std::thread::spawn(move || {
+        for r in reply_rx {
+            crate::eline!(
+                "ainftp-dp: {} bytes from {}: icmp_seq={} time={:.1} us",
+                r.data_len + 8,
+                r.from,
+                r.seq,
+                r.rtt.as_secs_f64() * 1e6
+            );
+        }
+    });
+    let reply_tx = plan.ping.as_ref().map(|_| reply_tx);
     let eal = eal_setup::init(&EalOptions {
         lcores: &plan.lcores,
         pci: &plan.pci,
@@ -81,21 +98,6 @@ pub fn run(args: &args::DpArgs) -> Result<Summary> {
         // Our identifier, as ping's: the low bits of the process id.
         PingState::new(cfg, std::process::id() as u16)
     });
-    // Reply lines are printed here, off the lcores: a slow stderr must
-    // not stall the data plane (a full channel skips lines instead).
-    let (reply_tx, reply_rx) = std::sync::mpsc::sync_channel::<PingReply>(256);
-    let printer = std::thread::spawn(move || {
-        for r in reply_rx {
-            crate::eline!(
-                "ainftp-dp: {} bytes from {}: icmp_seq={} time={:.1} us",
-                r.data_len + 8,
-                r.from,
-                r.seq,
-                r.rtt.as_secs_f64() * 1e6
-            );
-        }
-    });
-    let reply_tx = ping.as_ref().map(|_| reply_tx);
     let started = Instant::now();
     let result = runtime.run_apps(stop.clone(), |i| {
         let mut s = Services::new();

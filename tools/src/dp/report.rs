@@ -109,21 +109,20 @@ pub struct PingSummary {
 
 impl PingSummary {
     pub fn new(state: &stack::runtime::PingState) -> PingSummary {
-        let now = std::time::Instant::now();
         let us = |d: Duration| d.as_secs_f64() * 1e6;
         let got = state.received > 0;
         PingSummary {
             target: state.config().target.to_string(),
             sent: state.sent,
             received: state.received,
-            lost: state.lost(now),
+            lost: state.lost(),
             unsent: state.unsent,
             unmatched: state.unmatched,
             rtt_min_us: got.then(|| us(state.rtt_min)),
             rtt_avg_us: got.then(|| us(state.rtt_sum) / state.received as f64),
             rtt_max_us: got.then(|| us(state.rtt_max)),
             recent_rtt_us: state.recent.iter().map(|r| us(r.rtt)).collect(),
-            line: state.summary(now),
+            line: state.summary(),
         }
     }
 }

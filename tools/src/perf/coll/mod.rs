@@ -349,10 +349,12 @@ fn cluster_identity(args: &PerfArgs, base: QuicConfig) -> Result<QuicConfig> {
     };
     let rank = RankEnv::from_env()?.rank;
     let files = rank_files(dir, rank)?;
+    let cluster = QuicConfig::cluster_node(&files);
     Ok(QuicConfig {
-        congestion_control: base.congestion_control,
-        pacing: base.pacing,
-        ..QuicConfig::cluster_node(&files)
+        cert_chain: cluster.cert_chain,
+        private_key: cluster.private_key,
+        trust: cluster.trust,
+        ..base
     })
 }
 
