@@ -127,6 +127,17 @@ impl RuntimeConfig {
             impair: None,
         }
     }
+
+    /// Who the host is on the wire, once the port's `mac` is known (its
+    /// addresses, routes and neighbours do not depend on it).
+    pub fn host_config(&self, mac: EthernetAddress) -> HostConfig {
+        let mut host = HostConfig::new(mac, self.ip, self.prefix_len);
+        host.gateway = self.gateway;
+        host.vlan = self.vlan;
+        host.static_neighbours = self.static_neighbours.clone();
+        host.neighbour = self.neighbour;
+        host
+    }
 }
 
 /// net_af_xdp registers its pool's memory as the socket's UMEM, which must
@@ -265,11 +276,7 @@ impl Runtime {
             }
         };
         let mac = cfg.mac.unwrap_or(EthernetAddress(port.mac()));
-        let mut host = HostConfig::new(mac, cfg.ip, cfg.prefix_len);
-        host.gateway = cfg.gateway;
-        host.vlan = cfg.vlan;
-        host.static_neighbours = cfg.static_neighbours.clone();
-        host.neighbour = cfg.neighbour;
+        let host = cfg.host_config(mac);
         host.validate().map_err(Error::Config)?;
         if let Some(i) = &cfg.impair {
             i.validate()

@@ -6,7 +6,6 @@ use std::path::Path;
 use std::time::Duration;
 
 use serde::Deserialize;
-use stack::host::HostConfig;
 use stack::runtime::{IdlePolicy, PingConfig, RuntimeConfig, SteeringMode};
 use stack::wire::EthernetAddress;
 
@@ -249,8 +248,7 @@ fn ping_plan(args: &DpArgs, file: &FileConfig, rt: &RuntimeConfig) -> Result<Opt
         .map_err(|_| Error::Usage(format!("--ping {target:?} is not an IPv4 address")))?;
     // The runtime's routing (the MAC is the port's, not known yet, and
     // plays no part in it).
-    let mut host = HostConfig::new(EthernetAddress([2, 0, 0, 0, 0, 1]), rt.ip, rt.prefix_len);
-    host.gateway = rt.gateway;
+    let host = rt.host_config(EthernetAddress([2, 0, 0, 0, 0, 1]));
     if target == host.ip {
         return Err(Error::Usage(format!("--ping {target} is our own address")));
     }

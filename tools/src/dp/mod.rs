@@ -32,19 +32,24 @@ pub fn run(args: &args::DpArgs) -> Result<Summary> {
     // stderr must not stall the data plane (a full channel skips lines
     // instead). Started before EAL pins this thread to the main lcore, so
     // that it does not inherit that CPU.
-    let (reply_tx, reply_rx) = std::sync::mpsc::sync_channel::<PingReply>(256);
-    let printer = std::thread::spawn(move || {
-        for r in reply_rx {
-            crate::eline!(
-                "ainftp-dp: {} bytes from {}: icmp_seq={} time={:.1} us",
-                r.data_len + 8,
-                r.from,
-                r.seq,
-                r.rtt.as_secs_f64() * 1e6
-            );
+    let (reply_tx, printer) = match plan.ping {
+        Some(_) => {
+            let (tx, rx) = std::sync::mpsc::sync_channel::<PingReply>(256);
+            let printer = std::thread::spawn(move || {
+                for r in rx {
+                    crate::eline!(
+                        "ainftp-dp: {} bytes from {}: icmp_seq={} time={:.1} us",
+                        r.data_len + 8,
+                        r.from,
+                        r.seq,
+                        r.rtt.as_secs_f64() * 1e6
+                    );
+                }
+            });
+            (Some(tx), Some(printer))
         }
-    });
-    let reply_tx = plan.ping.as_ref().map(|_| reply_tx);
+        None => (None, None),
+    };
     let eal = eal_setup::init(&EalOptions {
         lcores: &plan.lcores,
         pci: &plan.pci,
@@ -112,7 +117,9 @@ pub fn run(args: &args::DpArgs) -> Result<Summary> {
     drop(reply_tx);
     let run = result.map(|(run, _apps)| run);
     // The apps, and with them the last senders, are gone: it ends.
-    let _ = printer.join();
+    if let Some(p) = printer {
+        let _ = p.join();
+    }
     let run = run?;
     let mut summary = Summary::new(
         &run,
