@@ -170,6 +170,15 @@ fn answers_ping_and_udp_on_a_tap_device_and_stops_cleanly_on_sigterm() {
             && rtt("rtt_avg_us") <= rtt("rtt_max_us"),
         "{json}"
     );
+    // Percentiles from a histogram of every round trip (3 significant
+    // digits, so within 0.1% of the exact extremes).
+    assert!(
+        rtt("rtt_min_us") * 0.999 <= rtt("rtt_p50_us")
+            && rtt("rtt_p50_us") <= rtt("rtt_p99_us")
+            && rtt("rtt_p99_us") <= rtt("rtt_p999_us")
+            && rtt("rtt_p999_us") <= rtt("rtt_max_us") * 1.001,
+        "{json}"
+    );
     assert!(
         stderr.contains("64 bytes from 10.88.0.1: icmp_seq=") && stderr.contains("received"),
         "{stderr}"

@@ -617,6 +617,42 @@ fn missing_environment_and_bad_dpdk_flags_are_one_line_errors() {
     );
 }
 
+/// A member of the cluster cannot pose as another rank: rank 0 given
+/// rank 2's certificate (valid, from the cluster CA) says "rank 0" in its
+/// hello, and rank 1 refuses it because the certificate names rank2.
+#[test]
+fn a_rank_may_only_claim_the_rank_its_certificate_names() {
+    let dir = tempfile::tempdir().unwrap();
+    common::make_cluster(dir.path(), &["rank0", "rank1", "rank2"]);
+    for ext in ["pem", "key"] {
+        let from = dir.path().join(format!("rank2.{ext}"));
+        std::fs::copy(from, dir.path().join(format!("rank0.{ext}"))).unwrap();
+    }
+    let out = perf(&[
+        "allreduce",
+        "--local-ranks",
+        "2",
+        "-b",
+        "1K",
+        "-e",
+        "1K",
+        "-n",
+        "1",
+        "-w",
+        "0",
+        "--connect-timeout",
+        "3",
+        "--certs",
+        dir.path().to_str().unwrap(),
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "a rank posed as another: {stderr}");
+    assert!(
+        stderr.contains("hello claims rank 0") && stderr.contains("[\"rank2\"]"),
+        "{stderr}"
+    );
+}
+
 /// Mutual TLS between ranks: with `--certs DIR`, rank R presents the node
 /// `rankR` of DIR and checks every peer against DIR's CA. A rank whose
 /// certificate comes from another cluster is refused, and the error says

@@ -19,7 +19,7 @@ use std::net::SocketAddrV4;
 use std::time::{Duration, Instant};
 
 use stack::io::PacketIo;
-use stack::quic::{CloseReason, ConnHandle, Endpoint, Event, QuicConfig, QuicError};
+use stack::quic::{CloseReason, ConnHandle, Endpoint, Event, QuicConfig, QuicError, Trust};
 use tracing::{debug, warn};
 
 use super::backend::{Backend, Counting, WireCounters};
@@ -153,6 +153,9 @@ pub struct Mesh<B: Backend> {
     rounds: u64,
     closing: bool,
     counters: MeshCounters,
+    /// Peers are verified against a cluster CA: a hello's rank must match
+    /// the name in the dialler's certificate.
+    names_verified: bool,
 }
 
 impl<B: Backend> Mesh<B> {
@@ -193,6 +196,7 @@ impl<B: Backend> Mesh<B> {
             idle_timeout: Duration::ZERO,
             ..quic
         };
+        let names_verified = matches!(quic.trust, Trust::ClusterCa(_));
         let ep = Endpoint::server(quic, 0, payload)
             .map_err(|e| Error::Transport(format!("QUIC endpoint: {e}")))?;
         let mut mesh = Mesh {
@@ -216,6 +220,7 @@ impl<B: Backend> Mesh<B> {
             rounds: 0,
             closing: false,
             counters: MeshCounters::default(),
+            names_verified,
         };
         let local = SocketAddrV4::new(mesh.io.local_ip(), mesh.io.inner.local_port());
         for peer in rank + 1..world {
@@ -590,12 +595,16 @@ impl<B: Backend> Mesh<B> {
                         }
                     }
                     None => {
-                        let from = parse_hello(frame, self.world, self.rank).map_err(|reason| {
-                            Error::Framing {
+                        let names = self.names_verified.then(|| self.ep.peer_names(conn));
+                        let from = parse_hello(frame, self.world, self.rank)
+                            .and_then(|rank| match &names {
+                                Some(names) => check_claim(rank, names).map(|()| rank),
+                                None => Ok(rank),
+                            })
+                            .map_err(|reason| Error::Framing {
                                 peer: link.addr.to_string(),
                                 reason,
-                            }
-                        })?;
+                            })?;
                         link.rank = Some(from);
                         debug!(rank = from, addr = %link.addr, "peer identified");
                         self.peer_links[from].push(i);
@@ -843,6 +852,20 @@ fn parse_hello(frame: &[u8], world: usize, me: usize) -> std::result::Result<usi
     Ok(rank)
 }
 
+/// Under mutual TLS a dialler may claim only the rank its certificate
+/// names (`node_name`): any member of the cluster could otherwise pose as
+/// another rank and have its contributions counted as that rank's.
+fn check_claim(rank: usize, names: &[String]) -> std::result::Result<(), String> {
+    let want = node_name(rank);
+    if names.contains(&want) {
+        return Ok(());
+    }
+    Err(format!(
+        "hello claims rank {rank}, but the peer's certificate is issued to {names:?}, \
+         not {want}: a rank may only claim the rank its certificate names"
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -878,5 +901,21 @@ mod tests {
             cause: Some(9),
         };
         assert_eq!(Goodbye::from_frame(&far.to_frame(), 4).cause, None);
+    }
+
+    #[test]
+    fn a_hello_may_claim_only_the_rank_its_certificate_names() {
+        let names = |n: &[&str]| n.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(check_claim(2, &names(&["rank2"])), Ok(()));
+        assert_eq!(check_claim(2, &names(&["other", "rank2"])), Ok(()));
+        let err = check_claim(0, &names(&["rank2"])).unwrap_err();
+        assert!(
+            err.contains("claims rank 0") && err.contains("rank2"),
+            "{err}"
+        );
+        // No certificate names nobody.
+        assert!(check_claim(0, &[]).is_err());
+        // Exact names only: "rank1" is not "rank10".
+        assert!(check_claim(1, &names(&["rank10"])).is_err());
     }
 }

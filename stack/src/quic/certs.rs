@@ -136,6 +136,28 @@ pub fn issue_node(dir: &Path, name: &str) -> Result<NodeFiles, CertError> {
     Ok(files)
 }
 
+/// The DNS names a certificate (DER) was issued for: its subjectAltName
+/// dNSName entries. A node certificate names its node (`issue_node`), so
+/// this is who a verified peer is. Empty when it names none or does not
+/// parse.
+pub fn dns_names(der: &[u8]) -> Vec<String> {
+    use x509_parser::extensions::GeneralName;
+    let Ok((_, cert)) = x509_parser::parse_x509_certificate(der) else {
+        return Vec::new();
+    };
+    let Ok(Some(san)) = cert.subject_alternative_name() else {
+        return Vec::new();
+    };
+    san.value
+        .general_names
+        .iter()
+        .filter_map(|n| match n {
+            GeneralName::DNSName(name) => Some((*name).to_owned()),
+            _ => None,
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -173,5 +195,23 @@ mod tests {
         assert_eq!(key_mode, 0o600);
         // The chain verifies for real in the QUIC handshake tests.
         fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_node_certificate_names_its_node_and_nothing_else_does() {
+        let dir = tempfile::tempdir().unwrap();
+        create_ca(dir.path(), "test").unwrap();
+        let der = |path: &Path| {
+            let pem = fs::read(path).unwrap();
+            let (_, pem) = x509_parser::pem::parse_x509_pem(&pem).unwrap();
+            pem.contents
+        };
+        let node = issue_node(dir.path(), "rank3").unwrap();
+        assert_eq!(dns_names(&der(&node.cert)), ["rank3"]);
+        // The CA names no DNS name; junk and a truncated certificate none.
+        assert!(dns_names(&der(&dir.path().join("ca.pem"))).is_empty());
+        let node_der = der(&node.cert);
+        assert!(dns_names(&node_der[..node_der.len() / 2]).is_empty());
+        assert!(dns_names(b"not a certificate").is_empty());
     }
 }

@@ -753,6 +753,17 @@ impl<B: Datagram> Endpoint<B> {
         self.conns.get(&h.0)?.q.session().map(<[u8]>::to_vec)
     }
 
+    /// The DNS names of the certificate the peer presented
+    /// ([`certs::dns_names`](super::certs::dns_names)); empty when it
+    /// presented none. Under `Trust::ClusterCa` the CA vouched for them.
+    pub fn peer_names(&self, h: ConnHandle) -> Vec<String> {
+        self.conns
+            .get(&h.0)
+            .and_then(|c| c.q.peer_cert())
+            .map(super::certs::dns_names)
+            .unwrap_or_default()
+    }
+
     /// Whether the handshake resumed an earlier session.
     pub fn is_resumed(&self, h: ConnHandle) -> bool {
         self.conns.get(&h.0).is_some_and(|c| c.q.is_resumed())

@@ -10,6 +10,8 @@ use std::sync::mpsc::SyncSender;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use hdrhistogram::Histogram;
+
 use crate::counters::Counters;
 use crate::host::EchoReply;
 use crate::io::dpdk::DpdkIo;
@@ -72,6 +74,9 @@ const RECENT_REPLIES: usize = 64;
 /// A request still unanswered this recently when the run stops is in
 /// flight, not lost.
 const IN_FLIGHT: Duration = Duration::from_secs(1);
+/// Round trips are recorded in nanoseconds up to this (longer ones count
+/// as this), to 3 significant digits.
+const RTT_HISTOGRAM_MAX_NS: u64 = 60_000_000_000;
 
 /// What the lcores share: the requests in flight and the results, in
 /// bounded memory however long the ping runs.
@@ -86,6 +91,8 @@ pub struct PingState {
     pub rtt_min: Duration,
     pub rtt_max: Duration,
     pub rtt_sum: Duration,
+    /// Every round trip, in nanoseconds, for percentiles (fixed size).
+    rtt_ns: Histogram<u64>,
     /// The last replies, oldest first.
     pub recent: VecDeque<PingReply>,
     /// Replies to no request in flight (a duplicate, or one given up).
@@ -108,6 +115,8 @@ impl PingState {
             rtt_min: Duration::MAX,
             rtt_max: Duration::ZERO,
             rtt_sum: Duration::ZERO,
+            rtt_ns: Histogram::new_with_bounds(1, RTT_HISTOGRAM_MAX_NS, 3)
+                .expect("valid histogram bounds"),
             recent: VecDeque::new(),
             unmatched: 0,
             stopped_at: None,
@@ -144,11 +153,20 @@ impl PingState {
         self.rtt_min = self.rtt_min.min(reply.rtt);
         self.rtt_max = self.rtt_max.max(reply.rtt);
         self.rtt_sum += reply.rtt;
+        let ns = u64::try_from(reply.rtt.as_nanos()).unwrap_or(u64::MAX);
+        self.rtt_ns
+            .saturating_record(ns.clamp(1, RTT_HISTOGRAM_MAX_NS));
         if self.recent.len() == RECENT_REPLIES {
             self.recent.pop_front();
         }
         self.recent.push_back(reply);
         Some(reply)
+    }
+
+    /// The round trip below which fraction `q` (0..=1) of them fell, to 3
+    /// significant digits; None before the first reply.
+    pub fn rtt_quantile(&self, q: f64) -> Option<Duration> {
+        (self.received > 0).then(|| Duration::from_nanos(self.rtt_ns.value_at_quantile(q)))
     }
 
     /// The moment the run's results are judged at: when it stopped, or
@@ -188,11 +206,15 @@ impl PingState {
         );
         if self.received > 0 {
             let us = |d: Duration| d.as_secs_f64() * 1e6;
+            let q = |q: f64| us(self.rtt_quantile(q).expect("a reply"));
             line += &format!(
-                "; rtt min/avg/max {:.1}/{:.1}/{:.1} us",
+                "; rtt min/avg/max {:.1}/{:.1}/{:.1} us, p50/p99/p999 {:.1}/{:.1}/{:.1} us",
                 us(self.rtt_min),
                 us(self.rtt_sum) / self.received as f64,
-                us(self.rtt_max)
+                us(self.rtt_max),
+                q(0.5),
+                q(0.99),
+                q(0.999)
             );
         }
         line
@@ -375,6 +397,37 @@ mod tests {
             "{}",
             s.summary()
         );
+    }
+
+    #[test]
+    fn round_trip_percentiles_come_from_every_reply() {
+        let state = PingState::new(config(None), 7);
+        let mut s = state.lock().unwrap();
+        assert_eq!(s.rtt_quantile(0.5), None);
+        let base = Instant::now();
+        // Round trips of 1..=1000 us, then one of two minutes.
+        for seq in 0..=1000u16 {
+            s.outstanding.push_back((seq, base));
+            let rtt = match seq {
+                1000 => Duration::from_secs(120),
+                n => Duration::from_micros(u64::from(n) + 1),
+            };
+            let reply = EchoReply {
+                from: s.config.target,
+                ident: 7,
+                seq,
+                data_len: 56,
+            };
+            assert!(s.record(&reply, base + rtt).is_some());
+        }
+        let us = |q: f64| s.rtt_quantile(q).unwrap().as_secs_f64() * 1e6;
+        // 3 significant digits: within 0.1%.
+        assert!((us(0.5) - 501.0).abs() <= 0.6, "{}", us(0.5));
+        assert!((us(0.99) - 991.0).abs() <= 1.0, "{}", us(0.99));
+        // The two-minute round trip counts as the histogram's top (60 s).
+        assert!((us(1.0) / 6e7 - 1.0).abs() < 0.001, "{}", us(1.0));
+        assert_eq!(s.rtt_max, Duration::from_secs(120));
+        assert!(s.summary().contains("p50/p99/p999 50"), "{}", s.summary());
     }
 
     #[test]

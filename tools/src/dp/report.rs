@@ -101,6 +101,10 @@ pub struct PingSummary {
     pub rtt_min_us: Option<f64>,
     pub rtt_avg_us: Option<f64>,
     pub rtt_max_us: Option<f64>,
+    /// Percentiles of every round trip (hdrhistogram, 3 significant digits).
+    pub rtt_p50_us: Option<f64>,
+    pub rtt_p99_us: Option<f64>,
+    pub rtt_p999_us: Option<f64>,
     /// The last replies' round trips (at most 64).
     pub recent_rtt_us: Vec<f64>,
     #[serde(skip)]
@@ -121,6 +125,9 @@ impl PingSummary {
             rtt_min_us: got.then(|| us(state.rtt_min)),
             rtt_avg_us: got.then(|| us(state.rtt_sum) / state.received as f64),
             rtt_max_us: got.then(|| us(state.rtt_max)),
+            rtt_p50_us: state.rtt_quantile(0.5).map(us),
+            rtt_p99_us: state.rtt_quantile(0.99).map(us),
+            rtt_p999_us: state.rtt_quantile(0.999).map(us),
             recent_rtt_us: state.recent.iter().map(|r| us(r.rtt)).collect(),
             line: state.summary(),
         }
