@@ -822,6 +822,61 @@ fn a_close_stuck_behind_an_unconfirmed_handshake_ends_without_a_packet_storm() {
     );
 }
 
+/// Each send round drains at most `send_quantum()` from each connection
+/// into the burst, in turn: two bulk connections of one endpoint both get
+/// packets into the same burst, neither more than its quantum (plus the
+/// packet that crossed it), and over a second they send alike.
+#[test]
+fn one_send_round_takes_up_to_a_quantum_from_each_connection() {
+    let mut p = cluster_pair("quantum", ImpairConfig::default());
+    assert!(p.established(Duration::from_secs(10)));
+    let (a, server) = (p.conn, SocketAddrV4::new(SERVER_IP, PORT));
+    let b = p
+        .client
+        .ep
+        .connect(SocketAddrV4::new(CLIENT_IP, 50001), server, Some("server"))
+        .unwrap();
+    assert!(p.run_until(Duration::from_secs(10), |p| p.client.ep.is_established(b)));
+    let mut streams: Vec<(ConnHandle, ClientStream)> = [a, b]
+        .into_iter()
+        .map(|c| {
+            let id = p.client.ep.open_bidi(c).unwrap();
+            (c, ClientStream::new(id, MODE_DISCARD, 1 << 30))
+        })
+        .collect();
+    let mut rounds_with_both = 0;
+    let deadline = Instant::now() + Duration::from_secs(1);
+    while Instant::now() < deadline {
+        for (c, s) in streams.iter_mut() {
+            s.poll(&mut p.client.ep, *c, &mut p.buf);
+        }
+        // One send round of the client alone: what it drained from each
+        // connection (quiche counts a packet as sent when it is written,
+        // whether it leaves now or waits for its pacing time).
+        let quantum =
+            |p: &mut Pair, c: ConnHandle| p.client.ep.connection_mut(c).unwrap().send_quantum();
+        let sent = |p: &mut Pair, c| p.client.ep.conn_stats(c).unwrap().bytes_sent as usize;
+        let (qa, qb) = (quantum(&mut p, a), quantum(&mut p, b));
+        let before = [sent(&mut p, a), sent(&mut p, b)];
+        let Side { ep, io, tx, .. } = &mut p.client;
+        ep.send(io, tx, Instant::now());
+        let bytes = [sent(&mut p, a) - before[0], sent(&mut p, b) - before[1]];
+        // The packet that crossed the quantum is at most one datagram.
+        let largest = p.client.io.max_payload();
+        assert!(bytes[0] <= qa + largest, "{bytes:?} quantum {qa}");
+        assert!(bytes[1] <= qb + largest, "{bytes:?} quantum {qb}");
+        if bytes[0] > 0 && bytes[1] > 0 {
+            rounds_with_both += 1;
+        }
+        p.step();
+    }
+    assert!(rounds_with_both > 10, "{rounds_with_both} rounds");
+    let sent = |p: &mut Pair, c| p.client.ep.conn_stats(c).unwrap().bytes_sent as f64;
+    let (x, y) = (sent(&mut p, a), sent(&mut p, b));
+    assert!(x > 1e6 && y > 1e6, "{x} {y}");
+    assert!(x.max(y) / x.min(y) < 1.5, "unfair: {x} against {y} bytes");
+}
+
 #[test]
 fn a_second_connection_resumes_the_tls_session() {
     let mut p = cluster_pair("resume", ImpairConfig::default());

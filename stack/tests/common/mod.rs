@@ -23,7 +23,10 @@
 //! | 10.80.0 - 10.84.0 | ainftap80 - 84 | tap |
 //! | 10.85.0, 10.86.0 | ainfrss85, 86 | rss |
 //! | 10.87.0 - 10.89.0 | ainfdp87 - 89 | tools dp_cli |
+//! | 10.90.0 | ainfq99 | quic_interop, handshake corruption |
 //! | 10.93.0 | arenastk0 | tools arena_stack |
+//! | 10.94.0 | ainfq97 | quic_interop, resumption |
+//! | 10.95.0 | ainfq98 | quic_interop, handshake loss |
 //!
 //! Namespaced peers (af_xdp, 10.92.0 in tools perf_quic, the collectives'
 //! 10.98.k) and memif pairs (10.91.0) stay out of the root namespace's

@@ -6,13 +6,20 @@ exits 0 only if every exchange was byte-exact.
 
   client: echo streams of the given sizes (all concurrent), datagrams echoed,
           then close with an application error code; optionally ChaCha20
-          only, a key update mid-transfer, and session resumption.
-  server: echo/discard/source streams and echo datagrams; reports the close
-          code of the first connection that ends, then exits.
+          only, a key update mid-transfer, and session resumption; all of
+          it over --connections connections, one after another.
+  server: echo/discard/source streams and echo datagrams, and session
+          tickets for resumption; once --connections connections have
+          ended, reports the first one's close code and whether each
+          resumed a session, then exits.
+
+PEER_DEBUG=1 in the environment prints aioquic's own log to stderr.
 """
 import argparse
 import asyncio
 import json
+import logging
+import os
 import ssl
 import sys
 
@@ -170,12 +177,16 @@ async def one_client(args, ticket_store, result):
 
 async def run_client(args):
     tickets, result, ok = {}, {}, True
-    for attempt in range(2 if args.resume else 1):
+    count = max(args.connections, 2 if args.resume else 1)
+    for attempt in range(count):
+        if not args.resume:
+            tickets.clear()
         r = {}
         ok = await one_client(args, tickets, r) and ok
-        result["first" if attempt == 0 else "second"] = r
+        result["first" if attempt == 0 else "second" if attempt == 1 else f"conn{attempt}"] = r
     if args.resume:
         ok = ok and result["second"]["resumed"]
+    result["connections"] = count
     result["ok"] = ok
     print(json.dumps(result), flush=True)
     return 0 if ok else 1
@@ -185,23 +196,27 @@ async def run_server(args):
     cfg = QuicConfiguration(is_client=False, alpn_protocols=[ALPN],
                             max_datagram_frame_size=65536)
     cfg.load_cert_chain(args.cert, args.key)
-    protos = []
+    protos, tickets = [], {}
 
     def create(*a, **kw):
         p = Perf(*a, **kw)
         protos.append(p)
         return p
 
-    server = await serve(args.host, args.port, configuration=cfg, create_protocol=create)
+    server = await serve(args.host, args.port, configuration=cfg, create_protocol=create,
+                         session_ticket_fetcher=lambda label: tickets.pop(label, None),
+                         session_ticket_handler=lambda t: tickets.__setitem__(t.ticket, t))
     print(json.dumps({"listening": args.port}), flush=True)
     loop = asyncio.get_event_loop()
     deadline = loop.time() + args.timeout
     while loop.time() < deadline:
-        ended = [p.terminated.result() for p in protos if p.terminated.done()]
-        if ended:
-            e = ended[0]
+        ended = [p for p in protos if p.terminated.done()]
+        if len(ended) >= args.connections:
+            e = ended[0].terminated.result()
             print(json.dumps({"closed": e.error_code, "reason": e.reason_phrase,
-                              "streams": len(protos[0].server_streams)}), flush=True)
+                              "streams": len(ended[0].server_streams),
+                              "resumed": [p._quic.tls.session_resumed for p in ended]}),
+                  flush=True)
             server.close()
             return 0
         await asyncio.sleep(0.05)
@@ -226,8 +241,13 @@ def main():
     ap.add_argument("--chacha20", action="store_true")
     ap.add_argument("--key-update", action="store_true")
     ap.add_argument("--resume", action="store_true")
+    ap.add_argument("--connections", type=int, default=1,
+                    help="client: connections one after another; server: connections to wait for")
     ap.add_argument("--timeout", type=float, default=60)
     args = ap.parse_args()
+    if os.environ.get("PEER_DEBUG"):  # aioquic's own log, with ms since start
+        logging.basicConfig(level=logging.DEBUG, stream=sys.stderr,
+                            format="%(relativeCreated)d %(message)s")
     run = run_client if args.role == "client" else run_server
     sys.exit(asyncio.run(run(args)))
 
