@@ -5,7 +5,8 @@
 //!
 //! A dialled connection's first frame is a hello naming the dialler's
 //! rank, so the acceptor identifies peers by what they say, not by their
-//! source address (which NAT or a wildcard bind may change).
+//! source address (which NAT or a wildcard bind may change). Under mutual
+//! TLS what they say must match their certificate's name (`node_name`).
 //!
 //! A rank that leaves says goodbye before its FIN: a frame with the number
 //! of collectives it completed and whether it left after a failure. A peer
