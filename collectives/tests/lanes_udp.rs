@@ -1,8 +1,9 @@
 //! `Lanes` over kernel UDP on 127.0.0.1, one rank per thread, each rank
 //! with several lanes (a communicator and a socket each): large buckets
 //! are split over the lanes, give the reference result on every rank, and
-//! every lane carries its part; small buckets and layout-bound collectives
-//! stay on lane 0; a dead rank fails the call and the lanes refuse more.
+//! every lane carries its part (reduce-scatter and all-gather too, with
+//! their results laid out by rank); small buckets stay on lane 0; a dead
+//! rank fails the call and the lanes refuse more.
 
 mod common;
 
@@ -123,41 +124,84 @@ fn large_buckets_split_over_every_lane_and_match_the_reference() {
 }
 
 #[test]
-fn layout_bound_collectives_stay_on_lane_zero() {
-    let world = 2;
-    let n = 40_000;
+fn reduce_scatter_and_all_gather_split_over_lanes_and_keep_the_rank_layout() {
+    // Three ranks, so shards and their pieces are uneven; 100_003 is
+    // prime. Each lane carries a piece of every rank's shard (see
+    // driver::lane_layout): a piece landing in the wrong shard shows up
+    // as a wrong element here.
+    let world = 3;
+    let sizes = [1000usize, 5 * 1024, 100_003];
     let out = on_ranks(world, DriverConfig::default(), move |mut l| {
         let r = l.rank();
-        let before = lane_bytes_sent(&l);
-        let mut rs: Vec<f32> = (0..n).map(|i| value(r, i)).collect();
-        l.run(
-            collectives::Collective::reduce_scatter(ReduceOp::Sum),
-            &mut rs,
-        )
-        .unwrap();
-        let mut ag = vec![0f32; n];
-        for i in shard_range(n, world, r) {
-            ag[i] = i as f32;
+        let mut rows = Vec::new();
+        for &n in &sizes {
+            let mut rs: Vec<f32> = (0..n).map(|i| value(r, i)).collect();
+            let before = lane_bytes_sent(&l);
+            l.run(
+                collectives::Collective::reduce_scatter(ReduceOp::Sum),
+                &mut rs,
+            )
+            .unwrap_or_else(|e| panic!("rank {r}, reduce-scatter of {n}: {e}"));
+            let rs_used = used(&before, &lane_bytes_sent(&l));
+
+            // The other shards hold junk that must be overwritten.
+            let mut ag = vec![-1f32; n];
+            for i in shard_range(n, world, r) {
+                ag[i] = i as f32;
+            }
+            let before = lane_bytes_sent(&l);
+            l.run(collectives::Collective::all_gather(), &mut ag)
+                .unwrap_or_else(|e| panic!("rank {r}, all-gather of {n}: {e}"));
+            let ag_used = used(&before, &lane_bytes_sent(&l));
+            let lanes = l.lanes_for(Op::AllGather, n);
+            rows.push((
+                rs[shard_range(n, world, r)].to_vec(),
+                rs_used,
+                ag,
+                ag_used,
+                lanes,
+            ));
         }
-        l.run(collectives::Collective::all_gather(), &mut ag)
-            .unwrap();
-        let after = lane_bytes_sent(&l);
+        let wakeups = l.counters().wakeups;
         l.shutdown().unwrap();
-        (rs[shard_range(n, world, r)].to_vec(), ag, before, after)
+        (rows, wakeups)
     });
-    for (r, (rs, ag, before, after)) in out.iter().enumerate() {
-        for (j, i) in shard_range(n, world, r).enumerate() {
-            let want: f32 = (0..world).map(|q| value(q, i)).sum();
-            assert_eq!(rs[j], want, "rank {r} reduce-scatter element {i}");
+    for (r, (rows, wakeups)) in out.iter().enumerate() {
+        for (&n, (rs, rs_used, ag, ag_used, lanes)) in sizes.iter().zip(rows) {
+            for (j, i) in shard_range(n, world, r).enumerate() {
+                let want: f32 = (0..world).map(|q| value(q, i)).sum();
+                assert_eq!(
+                    rs[j], want,
+                    "rank {r}, size {n}: reduce-scatter element {i}"
+                );
+            }
+            for (i, &v) in ag.iter().enumerate() {
+                assert_eq!(v, i as f32, "rank {r}, size {n}: all-gather element {i}");
+            }
+            let fit = (n * 4 / MIN_LANE_BYTES).min(LANES);
+            let expect = if fit >= MIN_SPLIT_PARTS { fit } else { 1 };
+            assert_eq!(*lanes, expect, "lanes for {n} elements");
+            let want_used: Vec<bool> = (0..LANES).map(|k| k < expect).collect();
+            assert_eq!(
+                rs_used, &want_used,
+                "rank {r}, size {n}: lanes of the reduce-scatter"
+            );
+            assert_eq!(
+                ag_used, &want_used,
+                "rank {r}, size {n}: lanes of the all-gather"
+            );
         }
-        assert!(ag.iter().enumerate().all(|(i, &v)| v == i as f32));
-        assert!(after[0] > before[0]);
         assert_eq!(
-            &after[1..],
-            &before[1..],
-            "rank {r}: only lane 0 carries them"
+            *wakeups,
+            2 * sizes.len() as u64,
+            "one wake-up per collective"
         );
     }
+}
+
+/// Which lanes sent collective data between two readings.
+fn used(before: &[u64], after: &[u64]) -> Vec<bool> {
+    before.iter().zip(after).map(|(b, a)| a > b).collect()
 }
 
 #[test]

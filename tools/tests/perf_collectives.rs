@@ -332,6 +332,46 @@ fn lanes_split_large_buckets_and_keep_results_exact() {
 }
 
 #[test]
+fn reduce_scatter_and_allgather_split_over_lanes_and_keep_results_exact() {
+    // Each lane carries a piece of every rank's shard; the results keep
+    // the rank layout. 1 MiB over 3 ranks makes uneven shards.
+    for (op, codec) in [
+        ("reduce_scatter", "f32"),
+        ("reduce_scatter", "i16"),
+        ("allgather", "f32"),
+        ("allgather", "i16"),
+    ] {
+        let rows = rows(&[
+            op,
+            "--local-ranks",
+            "3",
+            "--lanes",
+            "2",
+            "--lane-min-bytes",
+            "256K",
+            "--codec",
+            codec,
+            "-b",
+            "256K",
+            "-e",
+            "1M",
+            "-f",
+            "4",
+            "-n",
+            "2",
+            "-w",
+            "1",
+            "--json",
+        ]);
+        let tol = if codec == "f32" { 1e-6 } else { 0.05 };
+        // Reduce-scatter ranks hold different shards: nothing to compare.
+        check_rows(&rows, tol, op == "allgather");
+        let lanes: Vec<_> = rows.iter().map(|r| r["lanes"].as_u64().unwrap()).collect();
+        assert_eq!(lanes, [1, 2], "{op} {codec}: {rows:?}");
+    }
+}
+
+#[test]
 fn ranks_spin_only_while_each_has_a_cpu() {
     // By default a rank spins 50 us before sleeping, unless the host gives
     // this run fewer CPUs than local ranks; --spin-us always wins.

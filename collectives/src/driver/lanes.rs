@@ -3,16 +3,17 @@
 //! pinned to its own CPU, share-nothing.
 //!
 //! A QUIC connection is one congestion window and one core's worth of
-//! crypto and copies; lanes multiply both. An all-reduce or broadcast of
-//! a large bucket is cut into one contiguous part per lane for as many
-//! lanes as get `min_lane_bytes` each, when that makes at least
-//! [`MIN_SPLIT_PARTS`] parts or uses every lane (every rank cuts the same
-//! way, from the length alone); those lanes run their
-//! parts at once, lane 0 on the caller's thread, the others keep their
-//! traffic moving, and the caller is woken once, when the last lane is
-//! done. Smaller buckets, and reduce-scatter, all-gather and barrier
-//! (whose results are laid out by rank over the whole buffer), run on
-//! lane 0 while the caller's thread keeps the other lanes' traffic
+//! crypto and copies; lanes multiply both. A large bucket is cut into one
+//! part per lane for as many lanes as get `min_lane_bytes` each, when
+//! that makes at least [`MIN_SPLIT_PARTS`] parts or uses every lane
+//! (every rank cuts the same way, from the length alone); those lanes run
+//! their parts at once, lane 0 on the caller's thread, the others keep
+//! their traffic moving, and the caller is woken once, when the last lane
+//! is done. An all-reduce or broadcast is cut into contiguous parts; a
+//! reduce-scatter or all-gather, whose result is laid out by rank, gives
+//! each lane a piece of every rank's shard, gathered into a buffer of the
+//! lane's own ([`super::lane_layout`]). Smaller buckets and barriers run
+//! on lane 0 while the caller's thread keeps the other lanes' traffic
 //! moving: a peer may still need a retransmission from a lane whose part
 //! finished here, and it joins the next collective only after it got it.
 //!
@@ -26,6 +27,7 @@ use std::time::{Duration, Instant};
 use stack::io::kernel::KernelUdp;
 
 use super::communicator::{Communicator, DriverCounters};
+use super::lane_layout::{split_by_lane, GatheredPart};
 use super::{rendezvous, Backend, DriverConfig, RankEnv};
 use crate::algo::shard_range;
 use crate::error::{Error, Result};
@@ -52,6 +54,9 @@ where
     failed: Option<String>,
     /// bf16 buckets widened to f32 (grows to the largest bucket).
     wide: Vec<f32>,
+    /// Each lane's gathered pieces of a split reduce-scatter or
+    /// all-gather (grows to the largest part).
+    gathered: Vec<Vec<f32>>,
 }
 
 impl Lanes<KernelUdp> {
@@ -181,6 +186,7 @@ where
     ) -> Self {
         assert!(!comms.is_empty(), "Lanes needs at least one communicator");
         Lanes {
+            gathered: comms.iter().map(|_| Vec::new()).collect(),
             lanes: comms,
             cpus,
             min_lane_bytes: min_lane_bytes.max(1),
@@ -240,7 +246,7 @@ where
     /// as get at least `min_lane_bytes` of it, when that is at least
     /// [`MIN_SPLIT_PARTS`] (or every lane, if there are fewer); else one.
     pub fn lanes_for(&self, op: Op, count: usize) -> usize {
-        let splits = matches!(op, Op::AllReduce(_) | Op::Broadcast { .. });
+        let splits = !matches!(op, Op::Barrier);
         let lanes = self.lanes.len();
         let fit = (count.saturating_mul(4) / self.min_lane_bytes).min(lanes);
         if splits && fit >= 2 && fit >= MIN_SPLIT_PARTS.min(lanes) {
@@ -292,8 +298,8 @@ where
         r
     }
 
-    /// Runs `collective` on `buf`, split over lanes when it is a large
-    /// enough all-reduce or broadcast (see [`Self::lanes_for`]).
+    /// Runs `collective` on `buf`, split over lanes when it is large
+    /// enough (see [`Self::lanes_for`]).
     pub fn run(&mut self, collective: Collective, buf: &mut [f32]) -> Result<()> {
         if let Some(why) = &self.failed {
             return Err(Error::Failed(Box::new(Error::Transport(why.clone()))));
@@ -335,25 +341,32 @@ where
     /// Lanes `0..n` run one part of `buf` each; the lanes beyond `n`
     /// only keep their traffic moving until those are done.
     fn run_split(&mut self, collective: Collective, buf: &mut [f32], n: usize) -> Result<()> {
-        let (count, lanes) = (buf.len(), self.lanes.len());
-        let mut parts: Vec<Option<&mut [f32]>> = Vec::with_capacity(lanes);
-        let mut rest = buf;
-        for k in 0..n {
-            let (part, tail) = rest.split_at_mut(shard_range(count, n, k).len());
-            parts.push(Some(part));
-            rest = tail;
+        let (count, lanes, world) = (buf.len(), self.lanes.len(), self.world());
+        let mut parts: Vec<Option<Part>> = Vec::with_capacity(lanes);
+        if matches!(collective.op, Op::ReduceScatter(_) | Op::AllGather) {
+            let pieces = split_by_lane(buf, world, n);
+            for (pieces, own) in pieces.into_iter().zip(&mut self.gathered) {
+                parts.push(Some(Part::Pieces(pieces, own)));
+            }
+        } else {
+            let mut rest = buf;
+            for k in 0..n {
+                let (part, tail) = rest.split_at_mut(shard_range(count, n, k).len());
+                parts.push(Some(Part::Contiguous(part)));
+                rest = tail;
+            }
         }
         parts.resize_with(lanes, || None);
+        let mut parts = parts.into_iter();
+        let first_part = parts.next().flatten().expect("lane 0 has a part");
         let (first_lane, others) = self.lanes.split_first_mut().expect("n >= 2");
-        let (first_part, other_parts) = parts.split_first_mut().expect("n >= 2");
-        let first_part = first_part.as_deref_mut().expect("lane 0 has a part");
         let cpus = &self.cpus;
         let running = AtomicUsize::new(n);
         let running = &running;
         std::thread::scope(|s| {
             let mut handles = Vec::with_capacity(lanes - 1);
             let mut not_started = None;
-            for (i, (comm, part)) in others.iter_mut().zip(other_parts.iter_mut()).enumerate() {
+            for (i, (comm, part)) in others.iter_mut().zip(parts).enumerate() {
                 let cpu = cpus.get(i + 1).copied().flatten();
                 let lane = std::thread::Builder::new().spawn_scoped(s, move || {
                     if let Some(id) = cpu {
@@ -419,6 +432,15 @@ const OTHER_LANES_EVERY: Duration = Duration::from_micros(200);
 /// x 8 lanes took 5327 us, against 3846 with 100 us).
 const FINISHED_LANE_WAIT: Duration = Duration::from_micros(100);
 
+/// One lane's share of a split bucket.
+enum Part<'a> {
+    /// A contiguous part of the bucket (all-reduce, broadcast).
+    Contiguous(&'a mut [f32]),
+    /// The lane's piece of every rank's shard, in rank order, and the
+    /// lane's buffer to gather them in (reduce-scatter, all-gather).
+    Pieces(Vec<&'a mut [f32]>, &'a mut Vec<f32>),
+}
+
 /// Runs one lane's part, then keeps the lane's traffic moving until every
 /// lane of this rank is done: a peer's lane may still need our
 /// retransmissions or unsent data, and our other lanes may be waiting for
@@ -426,14 +448,27 @@ const FINISHED_LANE_WAIT: Duration = Duration::from_micros(100);
 fn run_part<B: Backend>(
     comm: &mut Communicator<B>,
     collective: Collective,
-    part: &mut [f32],
+    part: Part,
     running: &AtomicUsize,
 ) -> Result<()> {
     let result = {
         // Counted done also when `run` panics: the other lanes would
         // otherwise wait for this one for ever.
         let _done = CountDown(running);
-        comm.run(collective, part)
+        match part {
+            Part::Contiguous(buf) => comm.run(collective, buf),
+            Part::Pieces(pieces, own) => {
+                // Gathered and scattered on the lane's own thread, so the
+                // copies run in parallel too.
+                let mut gathered = GatheredPart::gather(pieces, own);
+                let result = comm.run(collective, gathered.buf());
+                if result.is_ok() {
+                    let all = matches!(collective.op, Op::AllGather);
+                    gathered.scatter(comm.rank(), all);
+                }
+                result
+            }
+        }
     };
     result?;
     keep_moving(comm, running)

@@ -71,6 +71,7 @@ pub mod communicator;
 pub mod device;
 pub mod framing;
 mod identity;
+pub mod lane_layout;
 pub mod lanes;
 pub mod mesh;
 pub mod rendezvous;

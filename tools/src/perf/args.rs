@@ -453,7 +453,7 @@ pub struct PerfArgs {
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
     pub conns_per_peer: u16,
 
-    /// Collectives: lanes per rank. A large all-reduce or broadcast is
+    /// Collectives: lanes per rank. A large bucket (any op but barrier) is
     /// split over this many communicators, each with its own UDP socket
     /// (--transport dpdk: its own port, the k-th of --pci then --vdev, with
     /// the k-th --ip), QUIC connections and thread (pinned to its own CPU
