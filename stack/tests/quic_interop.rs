@@ -77,12 +77,16 @@ fn aioquic_client_against_our_server_on_dpdk() {
     let us = Ipv4Addr::new(10, 78, 0, 2);
     let (running, dir) = start_perf_server(&eal, "ainfq91", us, "interop-server", None);
 
-    // Sizes from 1 B to 16 MiB, each echoed on its own stream, and datagrams.
+    // A 16 MiB download (the interop runner's goodput case: the rate is
+    // in scripts/bench-interop-goodput.sh), then sizes from 1 B to 16 MiB,
+    // each echoed on its own stream, and datagrams.
     let sizes = "1,2,1000,1472,65536,1048576,16777216";
     let (ok, line) = aioquic_client(
         &dir,
         us,
         &[
+            "--download",
+            "16777216",
             "--sizes",
             sizes,
             "--datagrams",
@@ -91,7 +95,8 @@ fn aioquic_client_against_our_server_on_dpdk() {
             "0x42",
         ],
     );
-    assert!(ok, "echo 1 B..16 MiB and datagrams: {line}");
+    assert!(ok, "download, echo 1 B..16 MiB and datagrams: {line}");
+    assert!(line.contains("\"download_exact\": true"), "{line}");
     // Many concurrent streams.
     let (ok, line) = aioquic_client(&dir, us, &["--sizes", "1000,5000", "--streams", "100"]);
     assert!(ok, "200 concurrent streams: {line}");

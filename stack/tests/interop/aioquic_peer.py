@@ -4,10 +4,13 @@ protocol (ALPN ainftp-perf/1, see stack/src/quic/perf.rs) as a client or a
 server, for the interop tests. Prints one JSON line with what it saw and
 exits 0 only if every exchange was byte-exact.
 
-  client: echo streams of the given sizes (all concurrent), datagrams echoed,
-          then close with an application error code; optionally ChaCha20
-          only, a key update mid-transfer, and session resumption; all of
-          it over --connections connections, one after another.
+  client: optionally a timed download first (--download N: a source
+          stream of N bytes, its goodput reported, as the interop runner's
+          goodput case), then echo streams of the given sizes (all
+          concurrent), datagrams echoed, then close with an application
+          error code; optionally ChaCha20 only, a key update mid-transfer,
+          and session resumption; all of it over --connections
+          connections, one after another.
   server: echo/discard/source streams and echo datagrams, and session
           tickets for resumption; once --connections connections have
           ended, reports the first one's close code and whether each
@@ -126,6 +129,24 @@ def client_config(args, ticket_store):
     return cfg
 
 
+async def download(proto, n, timeout, result):
+    """Asks for n bytes on a source stream, alone on the connection, and
+    times them from the request to the FIN; true if they arrived whole."""
+    quic, loop = proto._quic, asyncio.get_event_loop()
+    sid = quic.get_next_available_stream_id()
+    start = loop.time()
+    quic.send_stream_data(sid, request(b"S", n), end_stream=True)
+    proto.transmit()
+    done = await wait_until(proto, lambda: sid in proto.finished, timeout)
+    took = loop.time() - start
+    # Taken out of the books the echo streams that follow are counted in.
+    proto.finished.pop(sid, None)
+    exact = done and bytes(proto.received.pop(sid, b"")) == pattern(0, n)
+    result.update(download_bytes=n, download_s=round(took, 4), download_exact=exact,
+                  goodput_mbps=round(n * 8 / took / 1e6, 1))
+    return exact
+
+
 async def one_client(args, ticket_store, result):
     cfg = client_config(args, ticket_store)
     handler = lambda t: ticket_store.__setitem__("ticket", t)
@@ -135,6 +156,8 @@ async def one_client(args, ticket_store, result):
         quic = proto._quic
         result["resumed"] = quic.tls.session_resumed
         result["cipher"] = CipherSuite(quic.tls.key_schedule.cipher_suite).name if quic.tls.key_schedule else None
+        if args.download and not await download(proto, args.download, args.timeout, result):
+            return False
         expected = {}
         for size in args.sizes:
             for _ in range(args.streams):
@@ -237,6 +260,8 @@ def main():
     ap.add_argument("--sizes", type=lambda s: [int(x) for x in s.split(",")], default=[1])
     ap.add_argument("--streams", type=int, default=1, help="streams per size")
     ap.add_argument("--datagrams", type=int, default=0)
+    ap.add_argument("--download", type=int, default=0, metavar="BYTES",
+                    help="first download this many bytes from a source stream, timed")
     ap.add_argument("--close-code", type=lambda s: int(s, 0), default=0)
     ap.add_argument("--chacha20", action="store_true")
     ap.add_argument("--key-update", action="store_true")
