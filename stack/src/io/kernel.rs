@@ -825,6 +825,13 @@ impl PacketIo for KernelUdp {
     fn max_payload(&self) -> usize {
         self.max_payload
     }
+
+    /// At most `max_payload`, and no more than the kernel's route to
+    /// `peer` carries unfragmented (sends are DF: a bigger one would fail
+    /// with `EMSGSIZE`, every time it was retransmitted).
+    fn max_payload_to(&self, peer: SocketAddrV4) -> usize {
+        route_payload(peer, self.max_payload).unwrap_or(self.max_payload)
+    }
 }
 
 impl super::CountedIo for KernelUdp {

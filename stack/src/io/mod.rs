@@ -66,6 +66,14 @@ pub trait PacketIo {
 
     /// The largest UDP payload one datagram can carry (MTU - 28 on Ethernet).
     fn max_payload(&self) -> usize;
+
+    /// The largest UDP payload that reaches `peer` (a server learns the
+    /// path only when a peer arrives). By default `max_payload()`: a port
+    /// has one MTU for every peer.
+    fn max_payload_to(&self, peer: SocketAddrV4) -> usize {
+        let _ = peer;
+        self.max_payload()
+    }
 }
 
 /// A backend that reports its traffic in the stack's counters, so the

@@ -249,6 +249,9 @@ pub struct Endpoint<B: Datagram> {
     rx: Vec<B>,
     /// Scratch list of connection handles, reused every round.
     scratch: Vec<u64>,
+    /// Largest UDP payload the server side sends, before the path to the
+    /// peer caps it (see `accept`).
+    server_max_send: usize,
 }
 
 impl<B: Datagram> Endpoint<B> {
@@ -274,6 +277,7 @@ impl<B: Datagram> Endpoint<B> {
             None
         };
         let client_config = config.build(false, max_payload)?;
+        let server_max_send = config.max_udp_payload.min(max_payload);
         Ok(Endpoint {
             lcore,
             require_client_cert: matches!(config.trust, Trust::ClusterCa(_)),
@@ -293,6 +297,7 @@ impl<B: Datagram> Endpoint<B> {
             stats: EndpointStats::default(),
             rx: Vec::with_capacity(RX_BURST),
             scratch: Vec::new(),
+            server_max_send,
         })
     }
 
@@ -500,6 +505,11 @@ impl<B: Datagram> Endpoint<B> {
             (new_cid(self.lcore, &mut self.rng), None, Some(*dcid_key))
         };
         let cfg = self.server_config.as_mut()?;
+        // A peer may accept far bigger datagrams than the path to it
+        // carries (aioquic offers 65527 bytes): quiche sends up to the
+        // smaller of its own limit and the peer's, so ours must be the
+        // path's, or every full-size packet is lost on the way.
+        cfg.set_max_send_udp_payload_size(io.max_payload_to(peer).min(self.server_max_send));
         match quiche::accept_with_buf_factory(
             &scid,
             odcid.as_ref(),

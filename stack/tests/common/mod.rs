@@ -18,6 +18,7 @@
 //! | 10.72.0 | ainfqc0 | quic_churn |
 //! | 10.73.0 | ainfmtu0 | kernel_udp, route MTU |
 //! | 10.74.0 - 10.76.0 | ainfq94 - ainfq96 | quic_interop, impaired links |
+//! | 10.77.0 | ainfpm0 | quic_kernel_path |
 //! | 10.78.0, 10.78.1 | ainfq91, ainfq92 | quic_interop |
 //! | 10.79.0 | ainfq93 | quic_interop, lossy link |
 //! | 10.80.0 - 10.84.0 | ainftap80 - 84 | tap |

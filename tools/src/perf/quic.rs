@@ -229,7 +229,15 @@ where
             };
             let mut io = KernelUdp::bind(bind, udp)
                 .map_err(|e| Error::Usage(format!("bind {bind}: {e}")))?;
-            crate::eline!("ainftp-perf: UDP payloads up to {} B", io.max_payload());
+            let per_peer = if route_to.is_none() {
+                ", or what the kernel's route to each peer carries if less"
+            } else {
+                ""
+            };
+            crate::eline!(
+                "ainftp-perf: UDP payloads up to {} B{per_peer}",
+                io.max_payload()
+            );
             let service = make(&LcoreSlot {
                 index: 0,
                 lcores: 1,
