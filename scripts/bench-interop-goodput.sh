@@ -17,6 +17,7 @@
 #   RUNS=5 BYTES=50000000 ./scripts/bench-interop-goodput.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/bench-lib.sh
 
 RUNS=${RUNS:-5}
 BYTES=${BYTES:-50000000}
@@ -43,19 +44,10 @@ WORK=$(mktemp -d /tmp/ainftp-bg.XXXXXX)
 CERTS=$WORK/certs
 "$DP" certs --dir "$CERTS" --ca --node server --node client >/dev/null
 
-ip netns add $NS
-ip link add bench-ga type veth peer name bench-gb
-ip link set bench-gb netns $NS
-ip -n $NS addr add 10.97.0.1/24 dev bench-gb
-ip -n $NS link set bench-gb up
-ip -n $NS link set lo up
+veth_ns_up $NS bench-ga bench-gb $SERVER_IP 10.97.0.1
 # The kernel's veth leaves UDP checksums to offload that an XDP path does
 # not have (see stack/tests/af_xdp.rs).
 ip netns exec $NS ethtool -K bench-gb tx off >/dev/null
-ip addr add $SERVER_IP/24 dev bench-ga
-ip link set bench-ga up
-
-median() { sort -g | awk '{a[NR]=$1} END {if (NR==0) {print 0} else if (NR%2) {print a[(NR+1)/2]} else {print (a[NR/2]+a[NR/2+1])/2}}'; }
 
 start_server() { # kind
     case $1 in

@@ -8,6 +8,7 @@
 # over periods, then median over runs. Needs root (veth, hugepages).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/bench-lib.sh
 
 RUNS=${RUNS:-5}
 DURATION=${DURATION:-6}
@@ -28,8 +29,6 @@ if [ ! -x "$PERF" ]; then
 fi
 command -v "$TESTPMD" >/dev/null || { echo "bench-io: $TESTPMD not found; run scripts/setup-host.sh" >&2; exit 1; }
 
-# median of numbers on stdin
-median() { sort -g | awk '{a[NR]=$1} END {if (NR==0) {print 0} else if (NR%2) {print a[(NR+1)/2]} else {print (a[NR/2]+a[NR/2+1])/2}}'; }
 
 # Sum the Rx-pps of $2 ports per period in log $1; drop 2 warm-up periods;
 # print the median period.

@@ -13,6 +13,7 @@
 #   RUNS=5 BYTES=1000000000 RR=5000 ./scripts/bench-quic.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/bench-lib.sh
 
 RUNS=${RUNS:-5}
 BYTES=${BYTES:-1000000000}
@@ -35,17 +36,7 @@ trap cleanup EXIT
 cleanup
 WORK=$(mktemp -d /tmp/ainftp-bq.XXXXXX)
 
-ip netns add $NS
-ip link add bench-qa type veth peer name bench-qb
-ip link set bench-qb netns $NS
-ip -n $NS addr add 10.96.0.1/24 dev bench-qb
-ip -n $NS link set bench-qb up
-ip -n $NS link set lo up
-ip addr add 10.96.0.2/24 dev bench-qa
-ip link set bench-qa up
-
-median() { sort -g | awk '{a[NR]=$1} END {if (NR==0) {print 0} else if (NR%2) {print a[(NR+1)/2]} else {print (a[NR/2]+a[NR/2+1])/2}}'; }
-field() { python3 -c "import json,sys; print(json.loads(sys.argv[1])['$2'])" "$1"; }
+veth_ns_up $NS bench-qa bench-qb 10.96.0.2 10.96.0.1
 
 # Our stack on each end of a memif pair: 10.98.0.2 serves, 10.98.0.1 asks.
 MEMIF="socket=$WORK/memif.sock"

@@ -17,6 +17,7 @@
 #   RUNS=5 DURATION=6 PINGS=20000 scripts/bench-stack.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/bench-lib.sh
 
 RUNS=${RUNS:-5}
 DURATION=${DURATION:-6}
@@ -38,8 +39,6 @@ if [ ! -x "$DP" ] || [ ! -x "$PERF" ]; then
     cargo build --release -q -p tools
 fi
 command -v "$TESTPMD" >/dev/null || { echo "bench-stack: $TESTPMD not found; run scripts/setup-host.sh" >&2; exit 1; }
-
-median() { sort -g | awk '{a[NR]=$1} END {if (NR==0) {print 0} else if (NR%2) {print a[(NR+1)/2]} else {print (a[NR/2]+a[NR/2+1])/2}}'; }
 
 # 64 UDP flows 10.99.0.1:(1000+i) -> 10.99.0.2:7, 60-byte frames, valid
 # checksums, addressed to the MAC ainftp-dp is given.
@@ -137,7 +136,6 @@ ip netns exec bench-ns ethtool -K bench-lb tx off >/dev/null
 ip link set bench-la up
 ping_json() { ip netns exec bench-ns taskset -c 0 "$PERF" udp-pingpong --target 10.98.0.2:7 \
     --count "$PINGS" --warmup 1000 --size 64 --json 2>/dev/null | tail -1; }
-field() { python3 -c "import json,sys; print(json.loads(sys.argv[1])['$2'])" "$1"; }
 : >"$WORK/lat"
 for r in $(seq "$RUNS"); do
     "$DP" --lcores 1 --vdev net_af_xdp0,iface=bench-la --ip 10.98.0.2/24 --udp-echo 7 --idle busy \
