@@ -57,9 +57,20 @@ const IPV4_UDP_HEADERS: usize = 28;
 /// to it; nothing is sent): 65536 over loopback, the interface's MTU
 /// otherwise.
 pub fn route_mtu(to: SocketAddrV4) -> io::Result<usize> {
-    let sock = UdpSocket::bind(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0))?;
-    sock.connect(to)?;
-    let mtu = nix::sys::socket::getsockopt(&sock, nix::sys::socket::sockopt::IpMtu)
+    route_mtu_via(&route_probe()?, to)
+}
+
+/// An unbound-port UDP socket for route lookups in the namespace of the
+/// thread that creates it.
+fn route_probe() -> io::Result<UdpSocket> {
+    UdpSocket::bind(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0))
+}
+
+/// `route_mtu` through `probe`, which a connect re-points at each
+/// destination (a UDP connect sends nothing).
+fn route_mtu_via(probe: &UdpSocket, to: SocketAddrV4) -> io::Result<usize> {
+    probe.connect(to)?;
+    let mtu = nix::sys::socket::getsockopt(probe, nix::sys::socket::sockopt::IpMtu)
         .map_err(io::Error::from)?;
     Ok(mtu as usize)
 }
@@ -232,6 +243,10 @@ pub struct KernelUdp {
     /// IP_PKTINFO / TOS / timestamp that quinn-udp asks for on every
     /// message (heap: cmsg headers need alignment).
     errqueue_cmsg: Vec<u8>,
+    /// Route lookups for `max_payload_to`, made when the socket was: a
+    /// socket lives in the network namespace it was created in, which
+    /// need not be the calling thread's.
+    route_probe: UdpSocket,
 }
 
 /// Most closed ports kept until taken (later ones are dropped).
@@ -366,7 +381,12 @@ impl KernelUdp {
             "kernel UDP socket bound"
         );
 
+        let route_probe = route_probe().map_err(|e| KernelUdpError::Socket {
+            what: "create the route-lookup socket",
+            source: e,
+        })?;
         Ok(Self {
+            route_probe,
             socket,
             state,
             local,
@@ -830,7 +850,10 @@ impl PacketIo for KernelUdp {
     /// `peer` carries unfragmented (sends are DF: a bigger one would fail
     /// with `EMSGSIZE`, every time it was retransmitted).
     fn max_payload_to(&self, peer: SocketAddrV4) -> usize {
-        route_payload(peer, self.max_payload).unwrap_or(self.max_payload)
+        match route_mtu_via(&self.route_probe, peer) {
+            Ok(mtu) => mtu.saturating_sub(IPV4_UDP_HEADERS).min(self.max_payload),
+            Err(_) => self.max_payload,
+        }
     }
 }
 

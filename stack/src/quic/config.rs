@@ -34,6 +34,13 @@ pub struct QuicConfig {
     /// `max_payload()` at endpoint creation. Bigger datagrams cost fewer
     /// packets per byte (jumbo frames when the port allows).
     pub max_udp_payload: usize,
+    /// Path MTU discovery (RFC 8899, quiche's): each connection starts at
+    /// QUIC's 1200-byte floor and probes up to `max_udp_payload`, so a
+    /// link narrower than either end's own (a tunnel, PPPoE, an overlay)
+    /// costs some probes instead of every full-size packet. Our sends are
+    /// DF and ICMP "fragmentation needed" is often filtered, so without
+    /// it such a path black-holes a connection after its handshake.
+    pub discover_pmtu: bool,
     pub idle_timeout: Duration,
     /// Per-stream and per-connection receive windows (bytes).
     pub stream_window: u64,
@@ -62,6 +69,7 @@ impl Default for QuicConfig {
             private_key: None,
             trust: Trust::InsecureNoVerify,
             max_udp_payload: 1472,
+            discover_pmtu: true,
             idle_timeout: Duration::from_secs(30),
             stream_window: 16 << 20,
             connection_window: 64 << 20,
@@ -119,6 +127,7 @@ impl QuicConfig {
         let payload = self.max_udp_payload.min(max_payload);
         c.set_max_recv_udp_payload_size(payload);
         c.set_max_send_udp_payload_size(payload);
+        c.discover_pmtu(self.discover_pmtu);
         c.set_max_idle_timeout(self.idle_timeout.as_millis() as u64);
         c.set_initial_max_data(self.connection_window);
         c.set_initial_max_stream_data_bidi_local(self.stream_window);

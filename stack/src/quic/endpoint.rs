@@ -586,6 +586,13 @@ impl<B: Datagram> Endpoint<B> {
                 });
             }
         }
+        // quiche queues path events until taken: PMTU changes, a handful
+        // per discovery (more if the path keeps changing). Only logged.
+        while let Some(e) = c.q.path_event_next() {
+            if let quiche::PathEvent::PmtuUpdated { pmtu, .. } = e {
+                debug!(conn = h, peer = %c.peer, pmtu, "path MTU discovered");
+            }
+        }
         if c.q.is_closed() {
             self.reap(h);
         }

@@ -115,6 +115,11 @@ impl PerfServer {
         }
     }
 
+    /// The connections being served, in the order they were established.
+    pub fn connections(&self) -> &[ConnHandle] {
+        &self.conns
+    }
+
     /// Serve what is readable and writable; call after each `drive`.
     pub fn poll<B: Datagram>(&mut self, ep: &mut Endpoint<B>) {
         while let Some(ev) = ep.poll_event() {

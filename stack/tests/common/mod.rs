@@ -30,8 +30,8 @@
 //! | 10.95.0 | ainfq98 | quic_interop, handshake loss |
 //!
 //! Namespaced peers (af_xdp, 10.92.0 in tools perf_quic, the collectives'
-//! 10.98.k) and memif pairs (10.91.0) stay out of the root namespace's
-//! routing table.
+//! 10.98.k, quic_kernel_path's routed path 10.60.1 - 10.60.2) and memif
+//! pairs (10.91.0) stay out of the root namespace's routing table.
 #![allow(dead_code)]
 
 use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
