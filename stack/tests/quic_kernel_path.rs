@@ -7,7 +7,9 @@
 //!   32 KiB): the server must send what its route carries;
 //! - a link in the middle of the path narrower than both ends' own (a
 //!   tunnel, PPPoE), with ICMP filtered: the route says nothing, so each
-//!   connection must find the path's size by probing (PMTUD).
+//!   connection must find the path's size by probing (PMTUD);
+//! - a client behind a NAT that rebinds it to a new outside port: the
+//!   server must follow it there.
 
 mod common;
 
@@ -68,133 +70,213 @@ impl Drop for Link {
     }
 }
 
-/// Client namespace `ainfnpa` (10.60.1.2) - router `ainfnpr` - server
-/// namespace `ainfnpb` (10.60.2.2). Both ends' links have a 1500-byte MTU;
-/// the router's own two interfaces have 1280, so the path carries UDP
-/// payloads of at most 1252 bytes each way, and the router drops ICMP
-/// "fragmentation needed" (as many networks do): nothing tells the ends.
-/// All in namespaces; removed on drop.
-struct NarrowPath;
+/// Client namespace `{name}a` (10.{net}.1.2) - router `{name}r` - server
+/// namespace `{name}b` (10.{net}.2.2), each end on its own 1500-byte veth;
+/// the router's two interfaces have `router_mtu`. All in namespaces;
+/// removed on drop.
+struct RoutedPath {
+    name: &'static str,
+    net: u8,
+}
 
-const NARROW_PAYLOAD: usize = 1280 - 28;
-
-impl NarrowPath {
-    fn up() -> NarrowPath {
-        NarrowPath::down();
-        common::sh(
+impl RoutedPath {
+    fn up(name: &'static str, net: u8, router_mtu: u16) -> RoutedPath {
+        let path = RoutedPath { name, net };
+        path.down();
+        common::sh(&format!(
             "set -e
-             for n in ainfnpa ainfnpr ainfnpb; do ip netns add $n; ip -n $n link set lo up; done
-             ip link add ainfnpa0 netns ainfnpa type veth peer name ainfnpr0 netns ainfnpr
-             ip link add ainfnpb0 netns ainfnpb type veth peer name ainfnpr1 netns ainfnpr
-             ip -n ainfnpa addr add 10.60.1.2/24 dev ainfnpa0
-             ip -n ainfnpa link set ainfnpa0 mtu 1500 up
-             ip -n ainfnpa route add default via 10.60.1.1
-             ip -n ainfnpb addr add 10.60.2.2/24 dev ainfnpb0
-             ip -n ainfnpb link set ainfnpb0 mtu 1500 up
-             ip -n ainfnpb route add default via 10.60.2.1
-             ip -n ainfnpr addr add 10.60.1.1/24 dev ainfnpr0
-             ip -n ainfnpr addr add 10.60.2.1/24 dev ainfnpr1
-             ip -n ainfnpr link set ainfnpr0 mtu 1280 up
-             ip -n ainfnpr link set ainfnpr1 mtu 1280 up
-             ip netns exec ainfnpr sysctl -qw net.ipv4.ip_forward=1
-             ip netns exec ainfnpr nft -f - <<'EOF'
-             table ip blackhole {
-                 chain out {
-                     type filter hook output priority 0;
-                     icmp type destination-unreachable counter drop
-                 }
-             }
-EOF",
-        );
-        NarrowPath
+             for n in {name}a {name}r {name}b; do ip netns add $n; ip -n $n link set lo up; done
+             ip link add {name}a0 netns {name}a type veth peer name {name}r0 netns {name}r
+             ip link add {name}b0 netns {name}b type veth peer name {name}r1 netns {name}r
+             ip -n {name}a addr add 10.{net}.1.2/24 dev {name}a0
+             ip -n {name}a link set {name}a0 mtu 1500 up
+             ip -n {name}a route add default via 10.{net}.1.1
+             ip -n {name}b addr add 10.{net}.2.2/24 dev {name}b0
+             ip -n {name}b link set {name}b0 mtu 1500 up
+             ip -n {name}b route add default via 10.{net}.2.1
+             ip -n {name}r addr add 10.{net}.1.1/24 dev {name}r0
+             ip -n {name}r addr add 10.{net}.2.1/24 dev {name}r1
+             ip -n {name}r link set {name}r0 mtu {router_mtu} up
+             ip -n {name}r link set {name}r1 mtu {router_mtu} up
+             ip netns exec {name}r sysctl -qw net.ipv4.ip_forward=1"
+        ));
+        path
     }
 
-    fn down() {
-        common::sh("for n in ainfnpa ainfnpr ainfnpb; do ip netns del $n 2>/dev/null; done; true");
+    fn client_ip(&self) -> Ipv4Addr {
+        Ipv4Addr::new(10, self.net, 1, 2)
     }
 
-    /// Datagrams the router dropped for being too big: the "fragmentation
-    /// needed" messages it would have sent back, counted as it drops them.
-    fn too_big_drops() -> u64 {
-        let out = common::sh_out("ip netns exec ainfnpr nft list table ip blackhole");
+    fn server_ip(&self) -> Ipv4Addr {
+        Ipv4Addr::new(10, self.net, 2, 2)
+    }
+
+    /// Kernel UDP sockets at each end (client, server).
+    fn sockets(&self) -> (KernelUdp, KernelUdp) {
+        let n = self.name;
+        (
+            bind_in(
+                &format!("{n}a"),
+                SocketAddrV4::new(self.client_ip(), 0),
+                big_socket(),
+            ),
+            bind_in(
+                &format!("{n}b"),
+                SocketAddrV4::new(self.server_ip(), 0),
+                big_socket(),
+            ),
+        )
+    }
+
+    /// Load an nftables ruleset into the router.
+    fn router_nft(&self, rules: &str) {
+        common::sh(&format!(
+            "ip netns exec {}r nft -f - <<'EOF'\n{rules}\nEOF",
+            self.name
+        ));
+    }
+
+    /// The value after `key` in the router's listing of `table`.
+    fn router_count(&self, table: &str, key: &str) -> u64 {
+        let out = common::sh_out(&format!(
+            "ip netns exec {}r nft list table {table}",
+            self.name
+        ));
         out.split_whitespace()
-            .skip_while(|w| *w != "packets")
+            .skip_while(|w| *w != key)
             .nth(1)
             .and_then(|n| n.parse().ok())
             .unwrap_or(0)
     }
-}
 
-impl Drop for NarrowPath {
-    fn drop(&mut self) {
-        NarrowPath::down();
+    fn down(&self) {
+        let n = self.name;
+        common::sh(&format!(
+            "for x in {n}a {n}r {n}b; do ip netns del $x 2>/dev/null; done; true"
+        ));
     }
 }
 
-/// The client downloads `bytes` of the perf pattern from the server
-/// within `limit`; returns the client's connection.
-fn download(
-    client: &mut Endpoint<KernelDatagram>,
-    client_io: &mut KernelUdp,
-    server: &mut Endpoint<KernelDatagram>,
-    server_io: &mut KernelUdp,
-    perf: &mut PerfServer,
-    bytes: u64,
-    limit: Duration,
-) -> ConnHandle {
-    let conn = client
-        .connect(
-            client_io.local_addr(),
-            server_io.local_addr(),
-            Some("server"),
-        )
-        .unwrap();
-    let (mut stx, mut ctx) = (Vec::new(), Vec::new());
-    let mut scratch = vec![0u8; 64 << 10];
-    let mut download: Option<ClientStream> = None;
-    let deadline = Instant::now() + limit;
-    while !download.as_ref().is_some_and(ClientStream::is_done) {
-        assert!(
-            Instant::now() < deadline,
-            "{bytes} bytes not downloaded in {limit:?}: {:?} of them; server socket {:?}",
-            download.as_ref().map(ClientStream::bytes),
-            server_io.stats()
-        );
-        let moved = server.drive(server_io, &mut stx) + client.drive(client_io, &mut ctx);
-        perf.poll(server);
-        while let Some(e) = client.poll_event() {
-            match e {
-                Event::Established { .. } => {
-                    let id = client.open_bidi(conn).unwrap();
-                    download = Some(ClientStream::new(id, MODE_SOURCE, bytes));
-                }
-                Event::Closed { reason, .. } => panic!("closed: {reason}"),
-            }
+impl Drop for RoutedPath {
+    fn drop(&mut self) {
+        self.down();
+    }
+}
+
+/// Our client and server endpoints, each on its kernel UDP socket, and
+/// the perf protocol's server side.
+struct Ends {
+    client: Endpoint<KernelDatagram>,
+    client_io: KernelUdp,
+    server: Endpoint<KernelDatagram>,
+    server_io: KernelUdp,
+    perf: PerfServer,
+}
+
+impl Ends {
+    /// Both endpoints allow `BIG` datagrams and take the rest of their
+    /// configuration from `config`, on certificates from `cluster`.
+    fn new(
+        (client_io, server_io): (KernelUdp, KernelUdp),
+        cluster: &str,
+        config: impl Fn(QuicConfig) -> QuicConfig,
+    ) -> Ends {
+        let dir = common::cluster(cluster);
+        let node = |name| {
+            config(QuicConfig {
+                max_udp_payload: BIG,
+                ..common::perf_node_config(&dir, name)
+            })
+        };
+        Ends {
+            client: Endpoint::client(node("client"), 0, BIG).unwrap(),
+            client_io,
+            server: Endpoint::server(node("server"), 0, BIG).unwrap(),
+            server_io,
+            perf: PerfServer::new(),
         }
-        if let Some(d) = download.as_mut() {
-            d.poll(client, conn, &mut scratch);
+    }
+
+    /// The client's connection to the server, once established.
+    fn connect(&mut self) -> ConnHandle {
+        let conn = self
+            .client
+            .connect(
+                self.client_io.local_addr(),
+                self.server_io.local_addr(),
+                Some("server"),
+            )
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !self.client.is_established(conn) {
+            assert!(Instant::now() < deadline, "no handshake in 10 s");
+            self.drive();
+        }
+        conn
+    }
+
+    /// One round of both endpoints and the perf server; whether anything
+    /// moved.
+    fn drive(&mut self) -> bool {
+        let (mut stx, mut ctx) = (Vec::new(), Vec::new());
+        let moved = self.server.drive(&mut self.server_io, &mut stx)
+            + self.client.drive(&mut self.client_io, &mut ctx);
+        self.perf.poll(&mut self.server);
+        while let Some(e) = self.client.poll_event() {
+            if let Event::Closed { reason, .. } = e {
+                panic!("closed: {reason}");
+            }
         }
         if moved == 0 {
             std::thread::sleep(Duration::from_micros(50));
         }
+        moved > 0
     }
-    assert!(
-        download.unwrap().is_correct(),
-        "{bytes} bytes of the pattern"
-    );
-    conn
+
+    /// Both ends run for `d` (acknowledgements settle).
+    fn settle(&mut self, d: Duration) {
+        let until = Instant::now() + d;
+        while Instant::now() < until {
+            self.drive();
+        }
+    }
+
+    /// The client downloads `bytes` of the perf pattern from the server
+    /// on a new stream of `conn` within `limit`.
+    fn download(&mut self, conn: ConnHandle, bytes: u64, limit: Duration) {
+        let id = self.client.open_bidi(conn).unwrap();
+        let mut stream = ClientStream::new(id, MODE_SOURCE, bytes);
+        let mut scratch = vec![0u8; 64 << 10];
+        let deadline = Instant::now() + limit;
+        while !stream.is_done() {
+            assert!(
+                Instant::now() < deadline,
+                "{bytes} bytes not downloaded in {limit:?}: {} of them; server socket {:?}",
+                stream.bytes(),
+                self.server_io.stats()
+            );
+            self.drive();
+            stream.poll(&mut self.client, conn, &mut scratch);
+        }
+        assert!(stream.is_correct(), "{bytes} bytes of the pattern");
+    }
+
+    /// The server's side of the connection it served first.
+    fn served(&mut self) -> &mut quiche::Connection<stack::quic::SharedBufFactory> {
+        let h = self.perf.connections()[0];
+        self.server.connection_mut(h).unwrap()
+    }
 }
 
 #[test]
 fn a_server_sends_what_the_path_carries_not_what_the_peer_offers() {
     let _link = Link::up();
-    let dir = common::cluster("pathmtu");
-    let mut server_io = KernelUdp::bind(
+    let server_io = KernelUdp::bind(
         SocketAddrV4::new(Ipv4Addr::new(10, 77, 0, 1), 0),
         big_socket(),
     )
     .unwrap();
-    let mut client_io = bind_in(
+    let client_io = bind_in(
         "ainfpmns",
         SocketAddrV4::new(Ipv4Addr::new(10, 77, 0, 2), 0),
         big_socket(),
@@ -206,24 +288,13 @@ fn a_server_sends_what_the_path_carries_not_what_the_peer_offers() {
         "the route to the client is the 1500-byte veth"
     );
     // No probing: what is checked here is the size the server starts from.
-    let node = |name| QuicConfig {
-        max_udp_payload: BIG,
+    let mut ends = Ends::new((client_io, server_io), "pathmtu", |c| QuicConfig {
         discover_pmtu: false,
-        ..common::perf_node_config(&dir, name)
-    };
-    let mut server = Endpoint::server(node("server"), 0, BIG).unwrap();
-    let mut client = Endpoint::client(node("client"), 0, BIG).unwrap();
-
-    download(
-        &mut client,
-        &mut client_io,
-        &mut server,
-        &mut server_io,
-        &mut PerfServer::new(),
-        4 << 20,
-        Duration::from_secs(20),
-    );
-    let sent = server_io.stats();
+        ..c
+    });
+    let conn = ends.connect();
+    ends.download(conn, 4 << 20, Duration::from_secs(20));
+    let sent = ends.server_io.stats();
     assert_eq!(
         sent.tx_dropped, 0,
         "no datagram too big for the path: {sent:?}"
@@ -236,55 +307,86 @@ fn a_server_sends_what_the_path_carries_not_what_the_peer_offers() {
 
 #[test]
 fn connections_find_a_path_narrower_than_both_ends_links() {
-    let _path = NarrowPath::up();
-    let dir = common::cluster("narrowpath");
-    let mut client_io = bind_in(
-        "ainfnpa",
-        SocketAddrV4::new(Ipv4Addr::new(10, 60, 1, 2), 0),
-        big_socket(),
+    // A 1280-byte router between two 1500-byte links, which drops ICMP
+    // "fragmentation needed" (as many networks do): nothing tells the ends.
+    const NARROW_PAYLOAD: usize = 1280 - 28;
+    let path = RoutedPath::up("ainfnp", 60, 1280);
+    path.router_nft(
+        "table ip blackhole {
+             chain out {
+                 type filter hook output priority 0;
+                 icmp type destination-unreachable counter drop
+             }
+         }",
     );
-    let mut server_io = bind_in(
-        "ainfnpb",
-        SocketAddrV4::new(Ipv4Addr::new(10, 60, 2, 2), 0),
-        big_socket(),
-    );
+    let (client_io, server_io) = path.sockets();
     // Each end's own link says 1500: the route lookups cannot see the
     // narrow middle.
     assert_eq!(client_io.max_payload_to(server_io.local_addr()), 1472);
     assert_eq!(server_io.max_payload_to(client_io.local_addr()), 1472);
-    let node = |name| QuicConfig {
-        max_udp_payload: BIG,
-        ..common::perf_node_config(&dir, name)
-    };
-    assert!(node("client").discover_pmtu, "PMTUD is on by default");
-    let mut server = Endpoint::server(node("server"), 0, BIG).unwrap();
-    let mut client = Endpoint::client(node("client"), 0, BIG).unwrap();
-
-    let mut perf = PerfServer::new();
-    download(
-        &mut client,
-        &mut client_io,
-        &mut server,
-        &mut server_io,
-        &mut perf,
-        32 << 20,
-        Duration::from_secs(20),
-    );
+    let mut ends = Ends::new((client_io, server_io), "narrowpath", |c| c);
     assert!(
-        NarrowPath::too_big_drops() > 0,
-        "the probes above the path's size were dropped in the middle"
+        QuicConfig::default().discover_pmtu,
+        "PMTUD is on by default"
+    );
+    let conn = ends.connect();
+    ends.download(conn, 32 << 20, Duration::from_secs(20));
+    assert!(
+        path.router_count("ip blackhole", "packets") > 0,
+        "probes above the path's size were dropped in the middle"
     );
     // The server, which sent the data, settled on the path's size: its
     // search (RFC 8899's binary search from 1472 down to QUIC's 1200-byte
     // floor) ends only when a size is acknowledged and one byte more is
     // not; while it searches, this reads the size being probed.
-    let served = perf.connections()[0];
-    let size = server
-        .connection_mut(served)
-        .unwrap()
-        .max_send_udp_payload_size();
+    let size = ends.served().max_send_udp_payload_size();
     assert_eq!(
         size, NARROW_PAYLOAD,
         "the server sends {size}-byte datagrams over a {NARROW_PAYLOAD}-byte path"
+    );
+}
+
+#[test]
+fn a_server_follows_its_client_through_a_nat_rebinding() {
+    let path = RoutedPath::up("ainfnr", 61, 1500);
+    let (client_io, server_io) = path.sockets();
+    let real = client_io.local_addr().port();
+    // The router is the client's NAT: it maps the client's port to an
+    // outside one (stateless, both ways), and later rebinds the client to
+    // another, as a NAT does when an idle mapping expires or it restarts.
+    // The client does not know; only the server sees it move. (Rebinding
+    // with data in flight strands that data in quiche 0.30: what was sent
+    // to the old address is never retransmitted, quiche issue 2452.)
+    let nat = |outside: u16| {
+        format!(
+            "table ip nat
+             delete table ip nat
+             table ip nat {{
+                 chain pre {{
+                     type filter hook prerouting priority -300;
+                     ip saddr {c} udp sport {real} counter udp sport set {outside} notrack
+                     ip daddr {c} udp dport {outside} counter udp dport set {real} notrack
+                 }}
+             }}",
+            c = path.client_ip()
+        )
+    };
+    path.router_nft(&nat(40_001));
+    let mut ends = Ends::new((client_io, server_io), "rebinding", |c| c);
+    let conn = ends.connect();
+    ends.download(conn, 4 << 20, Duration::from_secs(20));
+    let served = ends.perf.connections()[0];
+    let first = SocketAddrV4::new(path.client_ip(), 40_001);
+    assert_eq!(ends.server.peer(served), Some(first));
+    // The connection goes quiet (the trainer computes), and the NAT's
+    // mapping is replaced meanwhile.
+    ends.settle(Duration::from_millis(100));
+    path.router_nft(&nat(40_002));
+    ends.download(conn, 4 << 20, Duration::from_secs(20));
+    let second = SocketAddrV4::new(path.client_ip(), 40_002);
+    assert_eq!(
+        ends.server.peer(served),
+        Some(second),
+        "the server moved to the client's new outside address"
     );
 }

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use quiche::ConnectionId;
 use rand::SeedableRng;
-use tracing::{debug, warn};
+use tracing::{debug, info, warn};
 
 use super::cid::{new_cid, CID_LEN};
 use super::config::{QuicConfig, Trust};
@@ -586,11 +586,22 @@ impl<B: Datagram> Endpoint<B> {
                 });
             }
         }
-        // quiche queues path events until taken: PMTU changes, a handful
-        // per discovery (more if the path keeps changing). Only logged.
+        // quiche queues path events until taken: PMTU changes (a handful
+        // per discovery) and peer migrations.
         while let Some(e) = c.q.path_event_next() {
-            if let quiche::PathEvent::PmtuUpdated { pmtu, .. } = e {
-                debug!(conn = h, peer = %c.peer, pmtu, "path MTU discovered");
+            match e {
+                quiche::PathEvent::PmtuUpdated { pmtu, .. } => {
+                    debug!(conn = h, peer = %c.peer, pmtu, "path MTU discovered");
+                }
+                // A server whose client's NAT rebound (a new address or
+                // port), once quiche has validated the new path.
+                quiche::PathEvent::PeerMigrated(_, to) => {
+                    if let Some(to) = v4(to) {
+                        info!(conn = h, from = %c.peer, %to, "peer moved to a new address");
+                        c.peer = to;
+                    }
+                }
+                _ => {}
             }
         }
         if c.q.is_closed() {
@@ -721,7 +732,9 @@ impl<B: Datagram> Endpoint<B> {
             match c.q.send(b.payload_mut()) {
                 Ok((len, info)) => {
                     b.set_len(len);
-                    b.set_peer(c.peer);
+                    // Where quiche sends it: the peer's address, or after a
+                    // NAT rebinding, its new one (PATH_CHALLENGEs first).
+                    b.set_peer(v4(info.to).unwrap_or(c.peer));
                     b.set_local_port(c.local_port);
                     bytes += len;
                     self.stats.datagrams_out += 1;
@@ -942,6 +955,14 @@ fn owned_initial(hdr: &quiche::Header) -> OwnedInitial {
         version: hdr.version,
         scid: ConnectionId::from_vec(hdr.scid.to_vec()),
         token: hdr.token.clone().unwrap_or_default(),
+    }
+}
+
+/// Our addresses are IPv4; quiche hands them back as `SocketAddr`.
+fn v4(a: SocketAddr) -> Option<SocketAddrV4> {
+    match a {
+        SocketAddr::V4(a) => Some(a),
+        SocketAddr::V6(_) => None,
     }
 }
 
