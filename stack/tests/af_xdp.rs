@@ -5,7 +5,6 @@
 
 mod common;
 
-use std::fs::File;
 use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
 
 use common::*;
@@ -44,16 +43,7 @@ impl VethNs {
 
     /// A UDP socket created inside the namespace (it stays there).
     fn socket(&self, bind: Ipv4Addr) -> UdpSocket {
-        let path = format!("/run/netns/{}", self.ns);
-        std::thread::scope(|s| {
-            s.spawn(|| {
-                let f = File::open(&path).unwrap();
-                nix::sched::setns(&f, nix::sched::CloneFlags::CLONE_NEWNET).unwrap();
-                udp_socket(bind)
-            })
-            .join()
-            .unwrap()
-        })
+        in_netns(&self.ns, || udp_socket(bind))
     }
 }
 

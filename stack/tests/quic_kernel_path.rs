@@ -36,15 +36,7 @@ fn big_socket() -> KernelUdpConfig {
 /// A kernel UDP socket bound inside network namespace `ns` (it stays
 /// there).
 fn bind_in(ns: &str, at: SocketAddrV4, cfg: KernelUdpConfig) -> KernelUdp {
-    std::thread::scope(|s| {
-        s.spawn(|| {
-            let f = std::fs::File::open(format!("/run/netns/{ns}")).unwrap();
-            nix::sched::setns(&f, nix::sched::CloneFlags::CLONE_NEWNET).unwrap();
-            KernelUdp::bind(at, cfg).unwrap()
-        })
-        .join()
-        .unwrap()
-    })
+    common::in_netns(ns, || KernelUdp::bind(at, cfg).unwrap())
 }
 
 /// veth `ainfpm0` here (10.77.0.1, MTU 1500) to `ainfpm1` in namespace

@@ -69,6 +69,20 @@ pub fn sh(cmd: &str) {
     assert!(st.success(), "`{cmd}` failed: {st}");
 }
 
+/// `make()` run on a thread that has entered network namespace `ns`:
+/// what it creates there (a socket) stays in that namespace.
+pub fn in_netns<T: Send>(ns: &str, make: impl FnOnce() -> T + Send) -> T {
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let f = std::fs::File::open(format!("/run/netns/{ns}")).unwrap();
+            nix::sched::setns(&f, nix::sched::CloneFlags::CLONE_NEWNET).unwrap();
+            make()
+        })
+        .join()
+        .unwrap()
+    })
+}
+
 pub fn sh_out(cmd: &str) -> String {
     let out = Command::new("sh").arg("-c").arg(cmd).output().unwrap();
     String::from_utf8_lossy(&out.stdout).into_owned()
