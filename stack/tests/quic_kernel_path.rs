@@ -26,6 +26,9 @@ use stack::quic::{ConnHandle, Endpoint, Event, QuicConfig};
 /// their transport parameters.
 const BIG: usize = 32 << 10;
 
+/// What a 1280-byte link carries in one UDP datagram.
+const NARROW_PAYLOAD: usize = 1280 - 28;
+
 fn big_socket() -> KernelUdpConfig {
     KernelUdpConfig {
         max_payload: BIG,
@@ -118,6 +121,33 @@ impl RoutedPath {
                 big_socket(),
             ),
         )
+    }
+
+    /// The router drops (and counts) the ICMP "fragmentation needed" it
+    /// would send for packets too big for its links, as many networks do:
+    /// nothing then tells the ends.
+    fn filter_icmp(&self) {
+        self.router_nft(
+            "table ip blackhole {
+                 chain out {
+                     type filter hook output priority 0;
+                     icmp type destination-unreachable counter drop
+                 }
+             }",
+        );
+    }
+
+    /// Packets the router dropped for being too big (see `filter_icmp`).
+    fn too_big_drops(&self) -> u64 {
+        self.router_count("ip blackhole", "packets")
+    }
+
+    /// Change the MTU of the router's two interfaces.
+    fn set_router_mtu(&self, mtu: u16) {
+        let n = self.name;
+        common::sh(&format!(
+            "ip -n {n}r link set {n}r0 mtu {mtu} && ip -n {n}r link set {n}r1 mtu {mtu}"
+        ));
     }
 
     /// Load an nftables ruleset into the router.
@@ -299,18 +329,9 @@ fn a_server_sends_what_the_path_carries_not_what_the_peer_offers() {
 
 #[test]
 fn connections_find_a_path_narrower_than_both_ends_links() {
-    // A 1280-byte router between two 1500-byte links, which drops ICMP
-    // "fragmentation needed" (as many networks do): nothing tells the ends.
-    const NARROW_PAYLOAD: usize = 1280 - 28;
+    // A 1280-byte router between two 1500-byte links, which says nothing.
     let path = RoutedPath::up("ainfnp", 60, 1280);
-    path.router_nft(
-        "table ip blackhole {
-             chain out {
-                 type filter hook output priority 0;
-                 icmp type destination-unreachable counter drop
-             }
-         }",
-    );
+    path.filter_icmp();
     let (client_io, server_io) = path.sockets();
     // Each end's own link says 1500: the route lookups cannot see the
     // narrow middle.
@@ -324,7 +345,7 @@ fn connections_find_a_path_narrower_than_both_ends_links() {
     let conn = ends.connect();
     ends.download(conn, 32 << 20, Duration::from_secs(20));
     assert!(
-        path.router_count("ip blackhole", "packets") > 0,
+        path.too_big_drops() > 0,
         "probes above the path's size were dropped in the middle"
     );
     // The server, which sent the data, settled on the path's size: its
@@ -381,4 +402,31 @@ fn a_server_follows_its_client_through_a_nat_rebinding() {
         Some(second),
         "the server moved to the client's new outside address"
     );
+}
+
+#[test]
+fn a_connection_checks_its_path_size_again_when_the_path_narrows() {
+    let path = RoutedPath::up("ainfns", 62, 1500);
+    path.filter_icmp();
+    let mut ends = Ends::new(path.sockets(), "pathnarrows", |c| c);
+    let conn = ends.connect();
+    ends.download(conn, 4 << 20, Duration::from_secs(20));
+    assert_eq!(
+        ends.served().max_send_udp_payload_size(),
+        1472,
+        "found at first"
+    );
+    // The route moves onto a narrower link while the connection is quiet:
+    // every packet of the size it found is now lost, and nothing says so.
+    ends.settle(Duration::from_millis(100));
+    path.set_router_mtu(1280);
+    ends.download(conn, 4 << 20, Duration::from_secs(20));
+    assert!(path.too_big_drops() > 0, "full-size packets were dropped");
+    assert!(
+        ends.server.stats().pmtu_rechecks >= 1,
+        "the server's stall was taken for a narrower path: {:?}",
+        ends.server.stats()
+    );
+    let size = ends.served().max_send_udp_payload_size();
+    assert_eq!(size, NARROW_PAYLOAD, "found again: {size}");
 }

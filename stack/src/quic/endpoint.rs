@@ -15,6 +15,7 @@ use quiche::ConnectionId;
 use rand::SeedableRng;
 use tracing::{debug, info, warn};
 
+use super::blackhole::{self, BlackholeWatch};
 use super::cid::{new_cid, CID_LEN};
 use super::config::{QuicConfig, Trust};
 use super::shared_buf::{SharedBuf, SharedBufFactory};
@@ -181,6 +182,9 @@ pub struct EndpointStats {
     /// Connections closed here whose close could not be sent (see
     /// `CLOSE_DATAGRAMS`): dropped, the peer times out.
     pub closes_unsent: u64,
+    /// Connections that stalled at their discovered path size and had it
+    /// checked again (see `blackhole`).
+    pub pmtu_rechecks: u64,
 }
 
 /// A connection's transport statistics.
@@ -213,6 +217,7 @@ struct Conn {
     /// After `close`: datagrams it may still send before its close frame
     /// is out (see `CLOSE_DATAGRAMS`).
     close_budget: Option<u8>,
+    blackhole: BlackholeWatch,
 }
 
 /// A connection closed by the application normally sends its close in the
@@ -405,6 +410,7 @@ impl<B: Datagram> Endpoint<B> {
                 cids: vec![key],
                 refused: None,
                 close_budget: None,
+                blackhole: BlackholeWatch::default(),
             },
         );
         self.order.push(h);
@@ -663,6 +669,9 @@ impl<B: Datagram> Endpoint<B> {
         for &h in &due {
             if let Some(c) = self.conns.get_mut(&h) {
                 c.q.on_timeout();
+                if recheck_path_size(h, c) {
+                    self.stats.pmtu_rechecks += 1;
+                }
             }
             self.after_input(h);
         }
@@ -956,6 +965,22 @@ fn owned_initial(hdr: &quiche::Header) -> OwnedInitial {
         scid: ConnectionId::from_vec(hdr.scid.to_vec()),
         token: hdr.token.clone().unwrap_or_default(),
     }
+}
+
+/// After a connection's timers ran: if it has stalled (see `blackhole`),
+/// check its path size again. Returns whether it did.
+fn recheck_path_size(h: u64, c: &mut Conn) -> bool {
+    let acked = c.q.stats().acked_bytes;
+    let ptos =
+        c.q.path_stats()
+            .find(|p| p.active)
+            .map_or(0, |p| p.total_pto_count);
+    if !c.blackhole.stalled(acked, ptos) {
+        return false;
+    }
+    info!(conn = h, peer = %c.peer, ptos, "no progress over {} probe timeouts: checking the path's size again", blackhole::PTOS);
+    c.q.revalidate_pmtu();
+    true
 }
 
 /// Our addresses are IPv4; quiche hands them back as `SocketAddr`.

@@ -7,6 +7,7 @@
 //! The same endpoint runs over DPDK ports, kernel UDP sockets and the
 //! in-memory impaired network, so everything above is tested on all three.
 
+pub mod blackhole;
 pub mod certs;
 pub mod cid;
 pub mod config;
