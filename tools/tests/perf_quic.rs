@@ -95,6 +95,10 @@ fn bulk_and_request_response_against_the_perf_server_with_route_sized_datagrams(
     assert!(sent >= 40_000_000 / 32_768, "{bulk}");
     assert!(bulk["packets_lost"].as_u64().unwrap() < sent, "{bulk}");
     assert!(bulk["rtt_us"].as_f64().unwrap() > 0.0, "{bulk}");
+    // Path MTU discovery starts at 1200 bytes and finds that loopback
+    // carries more than any Ethernet (quiche reports at most 16383).
+    let found = bulk["max_datagram"].as_u64().unwrap();
+    assert!((1473..=16_383).contains(&found), "{bulk}");
     assert!(
         stderr.contains("UDP payloads up to 32768 B"),
         "loopback route: 32 KiB datagrams: {stderr}"
@@ -121,6 +125,7 @@ fn bulk_and_request_response_against_the_perf_server_with_route_sized_datagrams(
         rr["p99_us"].as_f64().unwrap(),
     );
     assert!(p50 > 0.0 && p50 <= p99, "{rr}");
+    assert_eq!(rr["max_datagram"], 1200, "{rr}");
     assert!(
         stderr.contains("UDP payloads up to 1200 B"),
         "--max-payload is taken as given: {stderr}"
@@ -376,6 +381,10 @@ fn dpdk_client_sends_jumbo_datagrams_when_the_port_takes_a_larger_mtu() {
     let json: serde_json::Value = serde_json::from_str(stdout.lines().last().unwrap_or_default())
         .unwrap_or_else(|e| panic!("last line is not JSON ({e}): {stdout}"));
     assert_eq!(json["bytes"], 20_000_000, "{json}");
+    assert_eq!(
+        json["max_datagram"], 2972,
+        "discovered: the path takes it: {json}"
+    );
 
     // The other way: a kernel client in the netns sends 2972-byte datagrams
     // to our server on net_af_xdp. The kernel writes each frame after 256 B

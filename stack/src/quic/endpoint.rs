@@ -198,6 +198,9 @@ pub struct ConnStats {
     pub bytes_sent: u64,
     pub bytes_received: u64,
     pub bytes_lost: u64,
+    /// The largest UDP payload it sends now: what path MTU discovery has
+    /// found so far (1200 bytes until a probe is acknowledged).
+    pub max_datagram: usize,
 }
 
 /// Our connections keep stream data as `SharedBuf`s (zero-copy sends).
@@ -932,7 +935,8 @@ impl<B: Datagram> Endpoint<B> {
     pub fn conn_stats(&mut self, h: ConnHandle) -> Result<ConnStats, QuicError> {
         let q = &self.conn(h)?.q;
         let s = q.stats();
-        let path = q.path_stats().next();
+        // The path in use: after a peer moved, the first is its old one.
+        let path = q.path_stats().find(|p| p.active);
         Ok(ConnStats {
             rtt: path.as_ref().map(|p| p.rtt).unwrap_or_default(),
             cwnd: path.as_ref().map(|p| p.cwnd).unwrap_or_default(),
@@ -942,6 +946,7 @@ impl<B: Datagram> Endpoint<B> {
             bytes_sent: s.sent_bytes,
             bytes_received: s.recv_bytes,
             bytes_lost: s.lost_bytes,
+            max_datagram: q.max_send_udp_payload_size(),
         })
     }
 

@@ -627,6 +627,8 @@ pub fn client(args: &PerfArgs) -> Result<serde_json::Value> {
         .iter()
         .map(|p| p.rtt.as_secs_f64() * 1e6)
         .fold(0.0, f64::max);
+    // What path MTU discovery settled on, the smallest over the connections.
+    let max_datagram = paths.iter().map(|p| p.max_datagram).min().unwrap_or(0);
     let lcores = clients.len();
     let transport = transport.name();
     let hs_us = handshake.value_at_quantile(0.5);
@@ -660,7 +662,8 @@ pub fn client(args: &PerfArgs) -> Result<serde_json::Value> {
             crate::oline!(
                 "quic bulk over {transport}: {total} bytes in {secs:.3} s = {gbps:.3} Gbit/s \
                  ({conns} conns x {streams} streams on {lcores} lcore(s), per conn {lo:.3} to {hi:.3} Gbit/s); \
-                 handshake p50 {hs_us} us; {lost} of {sent} packets lost, rtt {rtt_us:.0} us"
+                 handshake p50 {hs_us} us; {lost} of {sent} packets lost, rtt {rtt_us:.0} us, \
+                 datagrams up to {max_datagram} B"
             );
             Ok(
                 json!({"mode": "quic-client", "test": "bulk", "transport": transport,
@@ -668,7 +671,8 @@ pub fn client(args: &PerfArgs) -> Result<serde_json::Value> {
                       "gbps_per_conn": gbps / conns as f64, "gbps_by_conn": gbps_by_conn,
                       "conns": conns, "streams": streams,
                       "handshake_p50_us": hs_us, "lcores": lcores, "per_lcore": per_lcore,
-                      "packets_sent": sent, "packets_lost": lost, "rtt_us": rtt_us}),
+                      "packets_sent": sent, "packets_lost": lost, "rtt_us": rtt_us,
+                      "max_datagram": max_datagram}),
             )
         }
         QuicTest::Rr => {
@@ -693,7 +697,8 @@ pub fn client(args: &PerfArgs) -> Result<serde_json::Value> {
                       "p99_us": q(0.99), "p999_us": q(0.999), "handshake_us": hs_us,
                       "conns": conns, "requests_by_conn": by_conn,
                       "lcores": lcores, "per_lcore": per_lcore,
-                      "packets_sent": sent, "packets_lost": lost, "rtt_us": rtt_us}),
+                      "packets_sent": sent, "packets_lost": lost, "rtt_us": rtt_us,
+                      "max_datagram": max_datagram}),
             )
         }
     }
