@@ -84,8 +84,14 @@ pub const ROUTE_PAYLOAD_CAP: usize = 32 << 10;
 /// The largest UDP payload that crosses the route to `to` unfragmented,
 /// at most `cap`.
 pub fn route_payload(to: SocketAddrV4, cap: usize) -> io::Result<usize> {
-    let payload = route_mtu(to)?.saturating_sub(IPV4_UDP_HEADERS);
-    Ok(payload.min(cap).min(MAX_UDP_PAYLOAD_V4))
+    Ok(payload_for_mtu(route_mtu(to)?, cap))
+}
+
+/// The UDP payload an IPv4 packet of `mtu` bytes carries, at most `cap`.
+fn payload_for_mtu(mtu: usize, cap: usize) -> usize {
+    mtu.saturating_sub(IPV4_UDP_HEADERS)
+        .min(cap)
+        .min(MAX_UDP_PAYLOAD_V4)
 }
 
 /// `ENOBUFS` on Linux: the device queue is full; treated like `WouldBlock`.
@@ -851,7 +857,7 @@ impl PacketIo for KernelUdp {
     /// with `EMSGSIZE`, every time it was retransmitted).
     fn max_payload_to(&self, peer: SocketAddrV4) -> usize {
         match route_mtu_via(&self.route_probe, peer) {
-            Ok(mtu) => mtu.saturating_sub(IPV4_UDP_HEADERS).min(self.max_payload),
+            Ok(mtu) => payload_for_mtu(mtu, self.max_payload),
             Err(_) => self.max_payload,
         }
     }
