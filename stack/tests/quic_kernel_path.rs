@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use stack::io::kernel::{KernelDatagram, KernelUdp, KernelUdpConfig};
 use stack::io::PacketIo;
 use stack::quic::perf::{ClientStream, PerfServer, MODE_SOURCE};
-use stack::quic::{ConnHandle, Endpoint, Event, QuicConfig};
+use stack::quic::{ConnHandle, ConnStats, Endpoint, Event, QuicConfig};
 
 /// Both ends allow 32 KiB datagrams, as ainftp-perf's server does when it
 /// binds before any peer is known (loopback carries them), and say so in
@@ -139,7 +139,15 @@ impl RoutedPath {
 
     /// Packets the router dropped for being too big (see `filter_icmp`).
     fn too_big_drops(&self) -> u64 {
-        self.router_count("ip blackhole", "packets")
+        let out = common::sh_out(&format!(
+            "ip netns exec {}r nft list table ip blackhole",
+            self.name
+        ));
+        out.split_whitespace()
+            .skip_while(|w| *w != "packets")
+            .nth(1)
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0)
     }
 
     /// Change the MTU of the router's two interfaces.
@@ -156,19 +164,6 @@ impl RoutedPath {
             "ip netns exec {}r nft -f - <<'EOF'\n{rules}\nEOF",
             self.name
         ));
-    }
-
-    /// The value after `key` in the router's listing of `table`.
-    fn router_count(&self, table: &str, key: &str) -> u64 {
-        let out = common::sh_out(&format!(
-            "ip netns exec {}r nft list table {table}",
-            self.name
-        ));
-        out.split_whitespace()
-            .skip_while(|w| *w != key)
-            .nth(1)
-            .and_then(|n| n.parse().ok())
-            .unwrap_or(0)
     }
 
     fn down(&self) {
@@ -283,10 +278,10 @@ impl Ends {
         assert!(stream.is_correct(), "{bytes} bytes of the pattern");
     }
 
-    /// The server's side of the connection it served first.
-    fn served(&mut self) -> &mut quiche::Connection<stack::quic::SharedBufFactory> {
+    /// The server's statistics of the connection it served first.
+    fn served(&mut self) -> ConnStats {
         let h = self.perf.connections()[0];
-        self.server.connection_mut(h).unwrap()
+        self.server.conn_stats(h).unwrap()
     }
 }
 
@@ -352,7 +347,7 @@ fn connections_find_a_path_narrower_than_both_ends_links() {
     // search (RFC 8899's binary search from 1472 down to QUIC's 1200-byte
     // floor) ends only when a size is acknowledged and one byte more is
     // not; while it searches, this reads the size being probed.
-    let size = ends.served().max_send_udp_payload_size();
+    let size = ends.served().max_datagram;
     assert_eq!(
         size, NARROW_PAYLOAD,
         "the server sends {size}-byte datagrams over a {NARROW_PAYLOAD}-byte path"
@@ -411,11 +406,7 @@ fn a_connection_checks_its_path_size_again_when_the_path_narrows() {
     let mut ends = Ends::new(path.sockets(), "pathnarrows", |c| c);
     let conn = ends.connect();
     ends.download(conn, 4 << 20, Duration::from_secs(20));
-    assert_eq!(
-        ends.served().max_send_udp_payload_size(),
-        1472,
-        "found at first"
-    );
+    assert_eq!(ends.served().max_datagram, 1472, "found at first");
     // The route moves onto a narrower link while the connection is quiet:
     // every packet of the size it found is now lost, and nothing says so.
     ends.settle(Duration::from_millis(100));
@@ -427,6 +418,6 @@ fn a_connection_checks_its_path_size_again_when_the_path_narrows() {
         "the server's stall was taken for a narrower path: {:?}",
         ends.server.stats()
     );
-    let size = ends.served().max_send_udp_payload_size();
+    let size = ends.served().max_datagram;
     assert_eq!(size, NARROW_PAYLOAD, "found again: {size}");
 }
