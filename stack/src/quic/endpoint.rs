@@ -459,8 +459,13 @@ impl<B: Datagram> Endpoint<B> {
             from: SocketAddr::V4(peer),
             to: SocketAddr::V4(local),
         };
-        if let Err(e) = c.q.recv(d.payload_mut(), info) {
-            debug!(conn = h, %peer, error = %e, "quic recv");
+        match c.q.recv(d.payload_mut(), info) {
+            // From elsewhere than the peer's address: a client whose NAT
+            // rebound it. quiche moves the connection there once that is
+            // its latest packet (and validates the new path).
+            Ok(_) if peer != c.peer => follow_active_path(h, c),
+            Ok(_) => {}
+            Err(e) => debug!(conn = h, %peer, error = %e, "quic recv"),
         }
         self.after_input(h);
     }
@@ -596,21 +601,10 @@ impl<B: Datagram> Endpoint<B> {
             }
         }
         // quiche queues path events until taken: PMTU changes (a handful
-        // per discovery) and peer migrations.
+        // per discovery), new paths and their validation. Only logged.
         while let Some(e) = c.q.path_event_next() {
-            match e {
-                quiche::PathEvent::PmtuUpdated { pmtu, .. } => {
-                    debug!(conn = h, peer = %c.peer, pmtu, "path MTU discovered");
-                }
-                // A server whose client's NAT rebound (a new address or
-                // port), once quiche has validated the new path.
-                quiche::PathEvent::PeerMigrated(_, to) => {
-                    if let Some(to) = v4(to) {
-                        info!(conn = h, from = %c.peer, %to, "peer moved to a new address");
-                        c.peer = to;
-                    }
-                }
-                _ => {}
+            if let quiche::PathEvent::PmtuUpdated { pmtu, .. } = e {
+                debug!(conn = h, peer = %c.peer, pmtu, "path MTU discovered");
             }
         }
         if c.q.is_closed() {
@@ -986,6 +980,20 @@ fn recheck_path_size(h: u64, c: &mut Conn) -> bool {
     info!(conn = h, peer = %c.peer, ptos, "no progress over {} probe timeouts: checking the path's size again", blackhole::PTOS);
     c.q.revalidate_pmtu();
     true
+}
+
+/// The connection's peer is where quiche's active path leads (sends go
+/// where quiche addresses each packet; this keeps `Endpoint::peer` and the
+/// logs right).
+fn follow_active_path(h: u64, c: &mut Conn) {
+    let active =
+        c.q.path_stats()
+            .find(|p| p.active)
+            .and_then(|p| v4(p.peer_addr));
+    if let Some(to) = active.filter(|&to| to != c.peer) {
+        info!(conn = h, from = %c.peer, %to, "peer moved to a new address");
+        c.peer = to;
+    }
 }
 
 /// Our addresses are IPv4; quiche hands them back as `SocketAddr`.
