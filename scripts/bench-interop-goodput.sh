@@ -31,13 +31,7 @@ SERVER_IP=10.97.0.2
 WORK=
 [ -x "$PERF" ] && [ -x "$DP" ] || cargo build --release -q -p tools
 
-cleanup() {
-    [ -n "${srv:-}" ] && kill -INT "$srv" 2>/dev/null && wait "$srv" 2>/dev/null
-    ip link del bench-ga 2>/dev/null || true
-    ip netns del $NS 2>/dev/null || true
-    [ -n "$WORK" ] && rm -rf "$WORK"
-    rm -rf /dev/hugepages/bg-* 2>/dev/null || true
-}
+cleanup() { bench_teardown bench-ga $NS bg; }
 trap cleanup EXIT
 cleanup
 WORK=$(mktemp -d /tmp/ainftp-bg.XXXXXX)

@@ -19,3 +19,14 @@ veth_ns_up() { # NS HOST_IF NS_IF HOST_IP NS_IP
     ip addr add "$host_ip/24" dev "$host_if"
     ip link set "$host_if" up
 }
+
+# Tear down what a bench made: stop the server whose pid is in $srv (if
+# any), remove the veth HOST_IF and namespace NS, the scratch folder $WORK
+# and the hugepage files of the EAL file prefix PREFIX-*.
+bench_teardown() { # HOST_IF NS PREFIX
+    [ -n "${srv:-}" ] && kill -INT "$srv" 2>/dev/null && wait "$srv" 2>/dev/null
+    ip link del "$1" 2>/dev/null || true
+    ip netns del "$2" 2>/dev/null || true
+    [ -n "${WORK:-}" ] && rm -rf "$WORK"
+    rm -rf /dev/hugepages/"$3"-* 2>/dev/null || true
+}

@@ -25,13 +25,7 @@ NS=bench-qns
 WORK=
 [ -x "$PERF" ] || cargo build --release -q -p tools
 
-cleanup() {
-    [ -n "${srv:-}" ] && kill -INT "$srv" 2>/dev/null && wait "$srv" 2>/dev/null
-    ip link del bench-qa 2>/dev/null || true
-    ip netns del $NS 2>/dev/null || true
-    [ -n "$WORK" ] && rm -rf "$WORK"
-    rm -rf /dev/hugepages/bq-* 2>/dev/null || true
-}
+cleanup() { bench_teardown bench-qa $NS bq; }
 trap cleanup EXIT
 cleanup
 WORK=$(mktemp -d /tmp/ainftp-bq.XXXXXX)
