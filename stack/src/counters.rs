@@ -102,7 +102,8 @@ pub struct Counters {
     pub icmp_echo_replies: u64,
     pub udp_in: u64,
     pub udp_out: u64,
-    /// Packets handed from the steering lcore to another one.
+    /// Packets this lcore handed to another one: software steering, or a
+    /// payload that names another lcore (`RuntimeConfig::payload_owner`).
     pub steered: u64,
     /// What an impairment (`--impair`) did to sent packets besides
     /// dropping them (counted under `DropReason::Impaired`).

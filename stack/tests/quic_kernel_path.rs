@@ -397,6 +397,17 @@ fn a_server_follows_its_client_through_a_nat_rebinding() {
         Some(second),
         "the server moved to the client's new outside address"
     );
+    // And again, as often as `PATHS_PER_CONNECTION` allows: quiche 0.30
+    // keeps every path it used, and with its default limit of 2 the
+    // server dropped everything from the third address.
+    let rebindings = stack::quic::config::PATHS_PER_CONNECTION as u16 - 1;
+    for outside in 40_003..=40_001 + rebindings {
+        ends.settle(Duration::from_millis(100));
+        path.router_nft(&nat(outside));
+        ends.download(conn, 1 << 20, Duration::from_secs(20));
+        let now = SocketAddrV4::new(path.client_ip(), outside);
+        assert_eq!(ends.server.peer(served), Some(now));
+    }
 }
 
 #[test]

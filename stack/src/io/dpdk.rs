@@ -98,6 +98,9 @@ pub enum RxSource {
     Queue(RxQueue),
     /// Frames steered here by the lcore that owns the only rx queue.
     Ring(Consumer<Spsc>),
+    /// A queue of its own, and the frames other lcores' queues received
+    /// for this lcore's connections (see [`PayloadOwner`]).
+    QueueAndInbox(RxQueue, Consumer<Mpmc>),
 }
 
 /// Where an lcore's outgoing frames go.
@@ -108,15 +111,46 @@ pub enum TxPath {
     ToSteerer(Producer<Mpmc>),
 }
 
-/// Software RSS on the lcore that owns the single rx queue: each IPv4/UDP
-/// frame goes to the lcore its flow hash names (the same Toeplitz hash a
-/// NIC would compute); everything else stays here.
+/// Which lcore a received UDP payload belongs to, where the payload says:
+/// QUIC packets name the lcore that owns their connection in its ID
+/// (`stack::quic::cid::owner_of_datagram`). It outranks the flow hash, so
+/// a connection keeps its lcore when its 4-tuple changes (a NAT rebinding)
+/// or when the kernel, not a hash we know, picks the rx queue.
+pub type PayloadOwner = fn(&[u8]) -> Option<usize>;
+
+/// A ring into another lcore's receive path.
+pub enum Outbox {
+    /// From the steering lcore, the ring's only producer.
+    Steer(Producer<Spsc>),
+    /// Into an lcore's inbox, which every other lcore may feed.
+    Handoff(Producer<Mpmc>),
+}
+
+impl Outbox {
+    fn enqueue_burst<const N: usize>(&mut self, batch: &mut MbufBatch<N>) -> usize {
+        match self {
+            Outbox::Steer(p) => p.enqueue_burst(batch),
+            Outbox::Handoff(p) => p.enqueue_burst(batch),
+        }
+    }
+}
+
+/// Frames that belong to another lcore go there over a ring. Two kinds:
+/// software RSS on the lcore that owns the single rx queue (each IPv4/UDP
+/// frame goes to the lcore its flow hash names, the same Toeplitz hash a
+/// NIC would compute), and the hand-off between lcores that each own a
+/// queue (only frames whose payload names another lcore move). Both put
+/// the payload's owner first; everything unplaced stays here.
 pub struct Steering {
     pub key: Vec<u8>,
     /// This lcore's index among the workers.
     pub me: usize,
     /// One ring per worker index (None at `me`).
-    pub rings: Vec<Option<Producer<Spsc>>>,
+    pub rings: Vec<Option<Outbox>>,
+    /// Place by the flow hash what the payload does not (software RSS);
+    /// with queues of their own, the NIC already did.
+    spread: bool,
+    payload_owner: Option<PayloadOwner>,
     batches: Vec<MbufBatch<RX_BURST>>,
     /// Frames the other lcores hand back for our tx queue (single tx
     /// queue ports), and those the NIC has not taken yet.
@@ -124,12 +158,27 @@ pub struct Steering {
 }
 
 impl Steering {
+    /// Software RSS from the only rx queue.
     pub fn new(key: Vec<u8>, me: usize, rings: Vec<Option<Producer<Spsc>>>) -> Steering {
+        let rings = rings.into_iter().map(|r| r.map(Outbox::Steer)).collect();
+        Steering::with_rings(key, me, rings, true)
+    }
+
+    /// The hand-off between lcores with queues of their own: frames whose
+    /// payload `owner` names another lcore go to its inbox (`rings`).
+    pub fn handoff(me: usize, rings: Vec<Option<Producer<Mpmc>>>, owner: PayloadOwner) -> Steering {
+        let rings = rings.into_iter().map(|r| r.map(Outbox::Handoff)).collect();
+        Steering::with_rings(Vec::new(), me, rings, false).with_payload_owner(Some(owner))
+    }
+
+    fn with_rings(key: Vec<u8>, me: usize, rings: Vec<Option<Outbox>>, spread: bool) -> Steering {
         let batches = (0..rings.len()).map(|_| MbufBatch::new()).collect();
         Steering {
             key,
             me,
             rings,
+            spread,
+            payload_owner: None,
             batches,
             returns: None,
         }
@@ -141,35 +190,79 @@ impl Steering {
         self
     }
 
+    /// Place first by what `owner` reads in the UDP payload.
+    pub fn with_payload_owner(mut self, owner: Option<PayloadOwner>) -> Steering {
+        self.payload_owner = owner;
+        self
+    }
+
     /// The worker a frame belongs to.
     fn owner(&self, frame: &[u8]) -> usize {
+        let Some(udp) = Udp4Frame::parse(frame) else {
+            return self.me;
+        };
+        let workers = self.rings.len();
+        if let Some(owner) = self
+            .payload_owner
+            .and_then(|f| f(udp.payload))
+            .filter(|&o| o < workers)
+        {
+            return owner;
+        }
+        if !self.spread {
+            return self.me;
+        }
         let map = QueueMap {
-            queues: self.rings.len() as u16,
+            queues: workers as u16,
             reta_size: 0,
         };
-        flow_hash(&self.key, frame).map_or(self.me, |h| map.queue_of(h) as usize)
+        map.queue_of(udp.hash(&self.key)) as usize
+    }
+}
+
+/// The addresses, ports and payload of an unfragmented IPv4/UDP frame,
+/// read without checks beyond what finding them needs (the owner lcore
+/// checks the rest).
+struct Udp4Frame<'a> {
+    src: Ipv4Addr,
+    dst: Ipv4Addr,
+    src_port: u16,
+    dst_port: u16,
+    payload: &'a [u8],
+}
+
+impl<'a> Udp4Frame<'a> {
+    fn parse(frame: &'a [u8]) -> Option<Udp4Frame<'a>> {
+        let eth = EthernetFrame::new_checked(frame).ok()?;
+        if eth.ethertype() != ETHERTYPE_IPV4 {
+            return None;
+        }
+        let ip_bytes = &frame[eth.header_len()..];
+        let ip = Ipv4Packet::new_checked(ip_bytes).ok()?;
+        if ip.protocol() != IP_PROTO_UDP || ip.is_fragment() {
+            return None;
+        }
+        // Up to the IP length: link padding is not payload.
+        let end = usize::from(ip.total_len()).min(ip_bytes.len());
+        let l4 = ip_bytes.get(ip.header_len()..end)?;
+        let ports = l4.get(..4)?;
+        Some(Udp4Frame {
+            src: ip.src_addr(),
+            dst: ip.dst_addr(),
+            src_port: u16::from_be_bytes([ports[0], ports[1]]),
+            dst_port: u16::from_be_bytes([ports[2], ports[3]]),
+            payload: l4.get(8..).unwrap_or_default(),
+        })
+    }
+
+    fn hash(&self, key: &[u8]) -> u32 {
+        udp4_hash(key, self.src, self.dst, self.src_port, self.dst_port)
     }
 }
 
 /// The Toeplitz hash of an unfragmented IPv4/UDP frame's 4-tuple.
 pub fn flow_hash(key: &[u8], frame: &[u8]) -> Option<u32> {
-    let eth = EthernetFrame::new_checked(frame).ok()?;
-    if eth.ethertype() != ETHERTYPE_IPV4 {
-        return None;
-    }
-    let ip = Ipv4Packet::new_checked(&frame[eth.header_len()..]).ok()?;
-    if ip.protocol() != IP_PROTO_UDP || ip.is_fragment() {
-        return None;
-    }
-    let l4 = ip.payload();
-    let ports = l4.get(..4)?;
-    Some(udp4_hash(
-        key,
-        ip.src_addr(),
-        ip.dst_addr(),
-        u16::from_be_bytes([ports[0], ports[1]]),
-        u16::from_be_bytes([ports[2], ports[3]]),
-    ))
+    Udp4Frame::parse(frame).map(|u| u.hash(key))
 }
 
 pub struct DpdkIo {
@@ -379,6 +472,67 @@ impl DpdkIo {
         }
     }
 
+    /// Run the host logic over the frames in `rx_batch` (first handing
+    /// those another lcore owns over to it, when `steer`): UDP payloads go
+    /// to `out`, replies (ARP, ICMP) to the tx batch.
+    fn take_received(&mut self, steer: bool, out: &mut Vec<UdpMbuf>, now: Instant) {
+        // Borrow the fields one by one: the batch is drained while the host,
+        // counters and tx batch are used.
+        let DpdkIo {
+            rx_batch,
+            steering,
+            counters,
+            host,
+            tx_batch,
+            tx_held_bytes,
+            rx_checksum_offload,
+            max_payload,
+            ..
+        } = self;
+        for m in rx_batch.drain() {
+            let mut m = match steer {
+                true => match hand_over(steering, counters, m) {
+                    Some(m) => m,
+                    None => continue,
+                },
+                false => m,
+            };
+            counters.rx_packets += 1;
+            counters.rx_bytes += m.len() as u64;
+            let csum = if *rx_checksum_offload {
+                m.rx_checksum()
+            } else {
+                RxChecksum {
+                    ip: CsumStatus::Unknown,
+                    l4: CsumStatus::Unknown,
+                }
+            };
+            match host.classify(m.data_mut(), csum, now, counters) {
+                Verdict::Udp(meta) => {
+                    // Both fit: classify checked the lengths.
+                    let _ = m.adj(meta.payload_offset);
+                    let extra = m.len() - meta.payload_len;
+                    let _ = m.trim(extra);
+                    out.push(UdpMbuf {
+                        mbuf: m,
+                        peer: meta.peer,
+                        local_port: meta.local_port,
+                        capacity: meta.payload_len.max(*max_payload) as u32,
+                        // Headers fit in the headroom's u16 by construction.
+                        turnaround: meta.payload_offset as u16,
+                    });
+                }
+                Verdict::Reply { len } => {
+                    let extra = m.len().saturating_sub(len);
+                    let _ = m.trim(extra);
+                    hold(tx_batch, tx_held_bytes, counters, m);
+                }
+                Verdict::Consumed => {}
+                Verdict::Drop(reason) => counters.drop(reason),
+            }
+        }
+    }
+
     /// A reply to the sender of an untouched payload: turn the received
     /// headers around. False when `d` does not qualify.
     fn turn_around(&mut self, d: &mut UdpMbuf) -> bool {
@@ -444,8 +598,9 @@ fn hold(
     }
 }
 
-/// Hand `m` to the lcore that owns its flow, if that is not this one.
-fn steer(steering: &mut Option<Steering>, counters: &mut Counters, m: Mbuf) -> Option<Mbuf> {
+/// Batch `m` for the lcore that owns it, if that is not this one (sent
+/// at `flush_steered`); else give it back.
+fn hand_over(steering: &mut Option<Steering>, counters: &mut Counters, m: Mbuf) -> Option<Mbuf> {
     let Some(s) = steering.as_mut() else {
         return Some(m);
     };
@@ -464,66 +619,26 @@ impl PacketIo for DpdkIo {
 
     fn recv_burst(&mut self, out: &mut Vec<UdpMbuf>, max: usize) -> usize {
         let got = match &mut self.rx {
-            RxSource::Queue(q) => q.rx_burst_max(&mut self.rx_batch, max.min(RX_BURST)),
+            RxSource::Queue(q) | RxSource::QueueAndInbox(q, _) => {
+                q.rx_burst_max(&mut self.rx_batch, max.min(RX_BURST))
+            }
             RxSource::Ring(c) => c.dequeue_burst(&mut self.rx_batch),
         };
-        if got == 0 {
-            return 0;
-        }
-        self.counters.rx_bursts += 1;
-        let now = Instant::now();
+        let mut now = None;
         let before = out.len();
-        // Borrow the fields one by one: the batch is drained while the host,
-        // counters and tx batch are used.
-        let DpdkIo {
-            rx_batch,
-            steering,
-            counters,
-            host,
-            tx_batch,
-            tx_held_bytes,
-            rx_checksum_offload,
-            max_payload,
-            ..
-        } = self;
-        for m in rx_batch.drain() {
-            let Some(mut m) = steer(steering, counters, m) else {
-                continue;
-            };
-            counters.rx_packets += 1;
-            counters.rx_bytes += m.len() as u64;
-            let csum = if *rx_checksum_offload {
-                m.rx_checksum()
-            } else {
-                RxChecksum {
-                    ip: CsumStatus::Unknown,
-                    l4: CsumStatus::Unknown,
-                }
-            };
-            match host.classify(m.data_mut(), csum, now, counters) {
-                Verdict::Udp(meta) => {
-                    // Both fit: classify checked the lengths.
-                    let _ = m.adj(meta.payload_offset);
-                    let extra = m.len() - meta.payload_len;
-                    let _ = m.trim(extra);
-                    out.push(UdpMbuf {
-                        mbuf: m,
-                        peer: meta.peer,
-                        local_port: meta.local_port,
-                        capacity: meta.payload_len.max(*max_payload) as u32,
-                        // Headers fit in the headroom's u16 by construction.
-                        turnaround: meta.payload_offset as u16,
-                    });
-                }
-                Verdict::Reply { len } => {
-                    let extra = m.len().saturating_sub(len);
-                    let _ = m.trim(extra);
-                    hold(tx_batch, tx_held_bytes, counters, m);
-                }
-                Verdict::Consumed => {}
-                Verdict::Drop(reason) => counters.drop(reason),
+        if got > 0 {
+            self.counters.rx_bursts += 1;
+            self.take_received(true, out, *now.insert(Instant::now()));
+        }
+        if let RxSource::QueueAndInbox(_, inbox) = &mut self.rx {
+            if inbox.dequeue_burst(&mut self.rx_batch) > 0 {
+                // Placed by the lcore that handed them over: no second look.
+                self.take_received(false, out, *now.get_or_insert_with(Instant::now));
             }
         }
+        let Some(now) = now else {
+            return 0;
+        };
         self.flush_steered();
         self.release_resolved(now);
         out.len() - before

@@ -22,6 +22,31 @@ pub fn owner_lcore(dcid: &[u8]) -> Option<u8> {
     (dcid.len() == CID_LEN).then(|| dcid[0])
 }
 
+/// The lcore named by the destination connection ID of the QUIC packet
+/// that starts `payload` (a UDP payload), read without decrypting: where a
+/// packet must go when its 4-tuple hashed elsewhere (a peer its NAT
+/// rebound, a queue the kernel picked). A short header does not say how
+/// long its ID is: ours are `CID_LEN`. A long header must carry an ID of
+/// that length. A client's first Initials carry an ID it chose, which
+/// names some lcore, or none, the same way for each of them.
+/// (`stack::runtime::RuntimeConfig::payload_owner` takes this function.)
+pub fn owner_of_datagram(payload: &[u8]) -> Option<usize> {
+    let first = *payload.first()?;
+    let dcid = if first & LONG_HEADER == 0 {
+        payload.get(1..1 + CID_LEN)?
+    } else {
+        // Long header: flags, 4-byte version, ID length, ID.
+        if usize::from(*payload.get(5)?) != CID_LEN {
+            return None;
+        }
+        payload.get(6..6 + CID_LEN)?
+    };
+    owner_lcore(dcid).map(usize::from)
+}
+
+/// The header-form bit of a QUIC packet's first byte (RFC 9000 17.2).
+const LONG_HEADER: u8 = 0x80;
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -35,5 +60,39 @@ mod tests {
         assert_eq!(owner_lcore(&a), Some(3));
         assert_ne!(a, b);
         assert_eq!(owner_lcore(&[1, 2, 3]), None);
+    }
+
+    /// quiche writes the packets; the peek must find the lcore in each
+    /// header form, and nothing in what is too short or not ours.
+    #[test]
+    fn datagrams_name_the_lcore_of_their_destination_id() {
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(2);
+        let ours = new_cid(5, &mut rng);
+        let theirs = ConnectionId::from_ref(&[9u8; 8]);
+        let mut out = [0u8; 1500];
+
+        // Long headers a server sends to a client whose ID is ours: a
+        // version negotiation and a Retry (the first argument is the
+        // client's ID, which the reply is addressed to).
+        let n = quiche::negotiate_version(&ours, &theirs, &mut out).unwrap();
+        assert_eq!(owner_of_datagram(&out[..n]), Some(5));
+        let n = quiche::retry(&ours, &theirs, &theirs, b"token", 1, &mut out).unwrap();
+        assert_eq!(owner_of_datagram(&out[..n]), Some(5));
+        // A long header to an ID of another length is not ours to route.
+        let n = quiche::negotiate_version(&theirs, &ours, &mut out).unwrap();
+        assert_eq!(owner_of_datagram(&out[..n]), None);
+
+        // A short header: first byte, then the ID (quiche parses it so).
+        let mut short = vec![0x40];
+        short.extend_from_slice(&ours);
+        short.extend_from_slice(&[0xaa; 40]);
+        let hdr = quiche::Header::from_slice(&mut short.clone(), CID_LEN).unwrap();
+        assert_eq!(hdr.ty, quiche::Type::Short);
+        assert_eq!(hdr.dcid, ours);
+        assert_eq!(owner_of_datagram(&short), Some(5));
+
+        assert_eq!(owner_of_datagram(&short[..CID_LEN]), None, "truncated ID");
+        assert_eq!(owner_of_datagram(&[0xc0, 0, 0, 0, 1]), None, "no ID length");
+        assert_eq!(owner_of_datagram(&[]), None);
     }
 }

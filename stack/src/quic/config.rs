@@ -11,6 +11,15 @@ use super::QuicError;
 pub const ALPN: &[u8] = b"ainftp/1";
 
 /// How peers are checked.
+/// Addresses a connection can follow its peer to (a NAT rebinding each),
+/// as quiche's `active_connection_id_limit`: quiche 0.30 keeps every path
+/// a connection has used and makes a new one only while fewer than this
+/// limit exist, so the default of 2 lets a server follow one rebinding and
+/// drop every packet from the next address (cloudflare/quiche PR 2743,
+/// open). A path costs its recovery state only once used; 8 allows seven
+/// rebindings per connection.
+pub const PATHS_PER_CONNECTION: u64 = 8;
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Trust {
     /// Mutual TLS: both sides present a certificate issued by this CA, and
@@ -138,6 +147,7 @@ impl QuicConfig {
         c.set_max_connection_window(self.connection_window.max(24 << 20));
         c.set_max_stream_window(self.stream_window.max(16 << 20));
         c.set_disable_active_migration(true);
+        c.set_active_connection_id_limit(PATHS_PER_CONNECTION);
         if let Some(queue) = self.datagram_queue {
             c.enable_dgram(true, queue, queue);
         }

@@ -18,7 +18,7 @@ use dpdk_ffi::{lcore, Eal, Mempool, Port, PortConfig, PortStats, Ring};
 
 use crate::counters::{Counters, SharedCounters};
 use crate::host::{Host, HostConfig, NeighbourConfig, NeighbourTable};
-use crate::io::dpdk::{DpdkIo, RxSource, Steering, TxPath, UdpMbuf};
+use crate::io::dpdk::{DpdkIo, PayloadOwner, RxSource, Steering, TxPath, UdpMbuf};
 use crate::io::impair::{ImpairConfig, Impaired};
 use crate::io::CountedIo;
 use crate::rss::{FlowPlacement, QueueMap, DEFAULT_KEY, SYMMETRIC_KEY};
@@ -104,6 +104,12 @@ pub struct RuntimeConfig {
     pub checksum_offload: bool,
     /// Impair what the lcores send (loss, delay, ...), for experiments.
     pub impair: Option<ImpairConfig>,
+    /// Frames whose UDP payload names its lcore go to that lcore, whatever
+    /// queue or hash they came by: set `quic::cid::owner_of_datagram` for
+    /// QUIC, so a connection's packets reach it after its peer's address
+    /// changed, and on ports whose rx queue the kernel picks. With RSS
+    /// each lcore then has an inbox ring the others hand such frames to.
+    pub payload_owner: Option<PayloadOwner>,
 }
 
 impl RuntimeConfig {
@@ -125,6 +131,7 @@ impl RuntimeConfig {
             mtu: None,
             checksum_offload: true,
             impair: None,
+            payload_owner: None,
         }
     }
 
@@ -160,6 +167,10 @@ fn pool_name() -> String {
     let n = RUNTIMES.fetch_add(1, Ordering::Relaxed);
     format!("stack_{}_{n}", std::process::id())
 }
+
+/// Frames an lcore's inbox holds (hand-offs are the exception: a flow
+/// whose queue moved, or the first packets of one the kernel placed).
+const HANDOFF_RING: u32 = 1024;
 
 /// One lcore's loop, ready to run.
 pub struct Worker {
@@ -301,6 +312,15 @@ impl Runtime {
                 consumers.push(Some(c));
             }
         }
+        // Queues of their own and payloads that name their lcore: an inbox
+        // per lcore, fed by the others.
+        let mut inboxes = Vec::new();
+        if let (SteeringMode::Rss, Some(_), true) = (mode, cfg.payload_owner, n > 1) {
+            for i in 0..lcores.len() {
+                let (p, c) = Ring::mpmc(eal, &format!("handoff_{}_{i}", port.id()), HANDOFF_RING)?;
+                inboxes.push((p, Some(c)));
+            }
+        }
         // One tx queue for several lcores: the others return frames to lcore 0.
         let returns = if mode == SteeringMode::Software && features.tx_queues < n {
             Some(Ring::mpmc(eal, &format!("steer_ret_{}", port.id()), 8192)?)
@@ -312,13 +332,27 @@ impl Runtime {
             let q = i as u16;
             let (rx, steering) = match mode {
                 SteeringMode::Software if i == 0 => {
-                    let mut s = Steering::new(rss_key.clone(), 0, std::mem::take(&mut producers));
+                    let mut s = Steering::new(rss_key.clone(), 0, std::mem::take(&mut producers))
+                        .with_payload_owner(cfg.payload_owner);
                     if let Some((_, c)) = &returns {
                         s = s.with_returns(c.clone());
                     }
                     (RxSource::Queue(port.rx_queue(0)?), Some(s))
                 }
                 SteeringMode::Software => (RxSource::Ring(consumers[i].take().unwrap()), None),
+                _ if !inboxes.is_empty() => {
+                    let others = inboxes
+                        .iter()
+                        .enumerate()
+                        .map(|(j, (p, _))| (j != i).then(|| p.clone()))
+                        .collect();
+                    let owner = cfg.payload_owner.expect("inboxes only with an owner");
+                    let inbox = inboxes[i].1.take().expect("one inbox per lcore");
+                    (
+                        RxSource::QueueAndInbox(port.rx_queue(q)?, inbox),
+                        Some(Steering::handoff(i, others, owner)),
+                    )
+                }
                 _ => (RxSource::Queue(port.rx_queue(q)?), None),
             };
             let tx = match &returns {
@@ -351,7 +385,12 @@ impl Runtime {
             }),
             _ => hardware_placement(&port, n),
         };
-        if placement.is_none() {
+        if placement.is_none() && !inboxes.is_empty() {
+            tracing::info!(
+                port = %port.name(), driver = %port.info().driver,
+                "which lcore receives a flow is the PMD's (or kernel's) choice; frames for another lcore's connection are handed to it"
+            );
+        } else if placement.is_none() {
             tracing::info!(
                 port = %port.name(), driver = %port.info().driver,
                 "which lcore receives a flow is the PMD's (or kernel's) choice; connections cannot pick it"

@@ -189,8 +189,7 @@ ainftp-perf quic-server --transport dpdk --vdev net_af_xdp0,iface=veth1 \\\n    
 ainftp-perf quic-client --transport udp --target 10.0.0.2:4433 \\\n      \
 --test bulk --conns 2 --streams 4 --bytes 100000000\n  \
 ainftp-perf quic-client --transport dpdk --vdev net_tap0,iface=qtap0 \\\n      \
---ip 10.0.0.3/24 --lcores 0-1 --steering software \\\n      \
---target 10.0.0.1:4433 --conns 4\n  \
+--ip 10.0.0.3/24 --lcores 0-1 --target 10.0.0.1:4433 --conns 4\n  \
 ainftp-perf tcp-server --bind 10.0.0.2:5201\n  \
 ainftp-perf tcp-client --target 10.0.0.2:5201 --bytes 1000000000\n  \
 ainftp-perf allreduce --local-ranks 4 --transport udp -b 8 -e 64M -f 4 \\\n      \
@@ -243,9 +242,10 @@ pub struct PerfArgs {
     pub idle: IdlePolicy,
 
     /// --transport dpdk on several lcores: how flows reach them. auto (RSS
-    /// if the PMD has it, else software), rss, software. A quic-client on
-    /// several lcores needs to know where replies land: on net_tap and
-    /// net_af_xdp (the kernel picks the queue) use software.
+    /// if the PMD has it, else software), rss, software. QUIC packets that
+    /// reach another lcore than their connection's are handed to it by
+    /// connection ID; a quic-client avoids that where it knows where
+    /// replies land (software steering, or RSS it can read).
     #[arg(long, value_name = "MODE", value_parser = parse_steering, default_value = "auto")]
     pub steering: stack::runtime::SteeringMode,
 

@@ -161,6 +161,9 @@ pub(crate) fn port_runtime(
     cfg.idle = args.idle.into();
     cfg.steering = args.steering;
     cfg.mtu = args.mtu;
+    // Every lcore runs a QUIC endpoint: a packet goes to the lcore its
+    // connection ID names, whichever queue it came in on.
+    cfg.payload_owner = Some(stack::quic::cid::owner_of_datagram);
     let arena = match args.mbuf_arena {
         true => Some(ArenaPool::new(eal, cfg.mbufs)?),
         false => None,
@@ -197,6 +200,14 @@ struct LcoreSlot {
     placement: Option<FlowPlacement>,
 }
 
+/// What one lcore's run leaves behind.
+struct LcoreRun<S> {
+    service: S,
+    /// Packets this lcore passed to another (software steering, or a
+    /// connection ID naming the other lcore); 0 on kernel UDP.
+    handed_over: u64,
+}
+
 /// Run one endpoint per lcore (one on kernel UDP) until `stop`, each with
 /// the service `make` builds for it; the services come back in lcore order.
 fn run_endpoint<S>(
@@ -207,7 +218,7 @@ fn run_endpoint<S>(
     route_to: Option<SocketAddrV4>,
     stop: Arc<AtomicBool>,
     make: impl Fn(&LcoreSlot) -> Result<S>,
-) -> Result<Vec<S>>
+) -> Result<Vec<LcoreRun<S>>>
 where
     S: QuicService<stack::io::kernel::KernelDatagram>
         + QuicService<stack::io::dpdk::UdpMbuf>
@@ -253,7 +264,10 @@ where
                 args.idle.into(),
                 &SharedCounters::default(),
             );
-            Ok(vec![app.service])
+            Ok(vec![LcoreRun {
+                service: app.service,
+                handed_over: 0,
+            }])
         }
         Transport::Dpdk => {
             let (_eal, rt, _arena) = dpdk_runtime(args)?;
@@ -287,14 +301,21 @@ where
                 })
                 .collect::<Result<Vec<_>>>()?;
             let services = std::sync::Mutex::new(services);
-            let (_report, apps) = rt.run_apps(stop, move |i| {
+            let (report, apps) = rt.run_apps(stop, move |i| {
                 let ep = new_endpoint(server, &cfg, i as u8, max_payload).expect("config checked");
                 let service = services.lock().unwrap()[i]
                     .take()
                     .expect("one service per lcore");
                 EndpointApp::new(ep, service)
             })?;
-            Ok(apps.into_iter().map(|a| a.service).collect())
+            Ok(apps
+                .into_iter()
+                .zip(&report.per_lcore)
+                .map(|(a, counters)| LcoreRun {
+                    service: a.service,
+                    handed_over: counters.steered,
+                })
+                .collect())
         }
     }
 }
@@ -317,10 +338,12 @@ pub fn server(args: &PerfArgs) -> Result<serde_json::Value> {
         }
         Ok(PerfServer::new())
     })?;
-    let closed: usize = served.iter().map(|s| s.closed.len()).sum();
+    let closed: usize = served.iter().map(|s| s.service.closed.len()).sum();
     let per_lcore: Vec<_> = served
         .iter()
-        .map(|s| json!({"connections_closed": s.closed.len()}))
+        .map(
+            |s| json!({"connections_closed": s.service.closed.len(), "handed_over": s.handed_over}),
+        )
         .collect();
     Ok(json!({"mode": "quic-server", "connections_closed": closed, "per_lcore": per_lcore}))
 }
@@ -506,29 +529,35 @@ impl Client {
 /// Our address for each connection that lcore `slot.index` owns
 /// (connection c goes to lcore c % lcores). On one kernel socket they all
 /// share its address (connection IDs tell them apart). On our stack each
-/// has its own port, picked so that the server's replies land on the lcore
-/// that owns the connection: no hand-off between lcores.
+/// has its own port, picked, where the runtime knows how flows are placed,
+/// so that the server's replies land on the lcore that owns the connection:
+/// no hand-off between lcores. Where the kernel picks the rx queue
+/// (net_tap, net_af_xdp), replies that reach another lcore are handed over
+/// by connection ID.
 fn connection_locals(
     slot: &LcoreSlot,
     conns: usize,
     target: SocketAddrV4,
     own_ports: bool,
 ) -> Result<Vec<SocketAddrV4>> {
-    let mine = (0..conns).filter(|c| c % slot.lcores == slot.index).count();
+    let mine: Vec<usize> = (0..conns)
+        .filter(|c| c % slot.lcores == slot.index)
+        .collect();
     if !own_ports {
-        return Ok(vec![slot.local; mine]);
+        return Ok(vec![slot.local; mine.len()]);
     }
-    let placement = slot.placement.as_ref().ok_or_else(|| {
-        Error::Usage(
-            "quic-client on several lcores picks each connection's port so that replies reach \
-             its lcore, but this port's rx queue is the kernel's choice: use --steering software"
-                .into(),
-        )
-    })?;
     let ip = *slot.local.ip();
+    let Some(placement) = slot.placement.as_ref() else {
+        let port = |c: usize| {
+            u16::try_from(usize::from(slot.local.port()) + c)
+                .map(|p| SocketAddrV4::new(ip, p))
+                .map_err(|_| Error::Usage(format!("no local port for connection {c}")))
+        };
+        return mine.into_iter().map(port).collect();
+    };
     let mut from = Some(slot.local.port());
-    let mut locals = Vec::with_capacity(mine);
-    for _ in 0..mine {
+    let mut locals = Vec::with_capacity(mine.len());
+    for _ in mine {
         let port = from
             .and_then(|f| placement.source_port_for(slot.index as u16, ip, target, f))
             .ok_or_else(|| {
@@ -557,7 +586,7 @@ pub fn client(args: &PerfArgs) -> Result<serde_json::Value> {
     let client_stop = stop.clone();
     let running = Arc::new(AtomicUsize::new(0));
     let started = Instant::now();
-    let clients = run_endpoint(args, cfg, false, None, Some(target), stop, |slot| {
+    let runs = run_endpoint(args, cfg, false, None, Some(target), stop, |slot| {
         // Every lcore counts itself in before any of them runs.
         running.fetch_add(1, Ordering::Relaxed);
         let locals = connection_locals(slot, conns, target, transport == Transport::Dpdk)?;
@@ -589,11 +618,16 @@ pub fn client(args: &PerfArgs) -> Result<serde_json::Value> {
             stop: client_stop.clone(),
         })
     })?;
+    let clients: Vec<&Client> = runs.iter().map(|r| &r.service).collect();
     if let Some(e) = clients.iter().find_map(|c| c.error.as_ref()) {
         return Err(Error::Usage(format!("quic client: {e}")));
     }
     // The run spans the first lcore's start to the last lcore's finish.
-    let active: Vec<&Client> = clients.iter().filter(|c| !c.locals.is_empty()).collect();
+    let active: Vec<&Client> = clients
+        .iter()
+        .copied()
+        .filter(|c| !c.locals.is_empty())
+        .collect();
     let spans: Option<Vec<(Instant, Instant)>> = active
         .iter()
         .map(|c| Some((c.established_at?, c.finished_at?)))
@@ -613,11 +647,13 @@ pub fn client(args: &PerfArgs) -> Result<serde_json::Value> {
         handshake.add(&c.handshake).expect("same histogram bounds");
         latency.add(&c.latency).expect("same histogram bounds");
     }
-    let per_lcore: Vec<_> = clients
+    let per_lcore: Vec<_> = runs
         .iter()
-        .map(|c| {
+        .map(|r| {
+            let c = &r.service;
             json!({"conns": c.locals.len(), "datagrams_in": c.endpoint.datagrams_in,
-                   "unknown_connection": c.endpoint.unknown_connection})
+                   "unknown_connection": c.endpoint.unknown_connection,
+                   "handed_over": r.handed_over})
         })
         .collect();
     let paths: Vec<&ConnStats> = active.iter().flat_map(|c| &c.conn_stats).collect();
