@@ -11,17 +11,16 @@ use dpdk_ffi::{CsumStatus, Mbuf, MbufBatch, Mempool, PortFeatures, RxChecksum, R
 
 use crate::counters::{Counters, DropReason};
 use crate::host::{EchoReply, Host, Resolve, TxOffload, Verdict};
+use crate::io::steering::hand_over;
+pub use crate::io::steering::{flow_hash, Outbox, PayloadOwner, Steering};
 use crate::io::{CountedIo, Datagram, PacketIo};
-use crate::rss::{udp4_hash, QueueMap};
-use crate::wire::{EthernetAddress, EthernetFrame, Ipv4Packet};
+use crate::wire::EthernetAddress;
 
 /// Mbufs taken from the device per rx burst.
 pub const RX_BURST: usize = 64;
 /// Frames the backend holds for the tx queue (replies, released packets,
 /// datagrams the NIC had no room for yet).
-const TX_HOLD: usize = 256;
-const ETHERTYPE_IPV4: u16 = 0x0800;
-const IP_PROTO_UDP: u8 = 17;
+pub(super) const TX_HOLD: usize = 256;
 const IPV4_UDP_OVERHEAD: usize = 28;
 
 /// A UDP datagram in an mbuf whose data is exactly the payload.
@@ -109,160 +108,6 @@ pub enum TxPath {
     /// The port has one tx queue, owned by the steering lcore: frames are
     /// handed back to it over a ring (counted as sent here).
     ToSteerer(Producer<Mpmc>),
-}
-
-/// Which lcore a received UDP payload belongs to, where the payload says:
-/// QUIC packets name the lcore that owns their connection in its ID
-/// (`stack::quic::cid::owner_of_datagram`). It outranks the flow hash, so
-/// a connection keeps its lcore when its 4-tuple changes (a NAT rebinding)
-/// or when the kernel, not a hash we know, picks the rx queue.
-pub type PayloadOwner = fn(&[u8]) -> Option<usize>;
-
-/// A ring into another lcore's receive path.
-pub enum Outbox {
-    /// From the steering lcore, the ring's only producer.
-    Steer(Producer<Spsc>),
-    /// Into an lcore's inbox, which every other lcore may feed.
-    Handoff(Producer<Mpmc>),
-}
-
-impl Outbox {
-    fn enqueue_burst<const N: usize>(&mut self, batch: &mut MbufBatch<N>) -> usize {
-        match self {
-            Outbox::Steer(p) => p.enqueue_burst(batch),
-            Outbox::Handoff(p) => p.enqueue_burst(batch),
-        }
-    }
-}
-
-/// Frames that belong to another lcore go there over a ring. Two kinds:
-/// software RSS on the lcore that owns the single rx queue (each IPv4/UDP
-/// frame goes to the lcore its flow hash names, the same Toeplitz hash a
-/// NIC would compute), and the hand-off between lcores that each own a
-/// queue (only frames whose payload names another lcore move). Both put
-/// the payload's owner first; everything unplaced stays here.
-pub struct Steering {
-    pub key: Vec<u8>,
-    /// This lcore's index among the workers.
-    pub me: usize,
-    /// One ring per worker index (None at `me`).
-    pub rings: Vec<Option<Outbox>>,
-    /// Place by the flow hash what the payload does not (software RSS);
-    /// with queues of their own, the NIC already did.
-    spread: bool,
-    payload_owner: Option<PayloadOwner>,
-    batches: Vec<MbufBatch<RX_BURST>>,
-    /// Frames the other lcores hand back for our tx queue (single tx
-    /// queue ports), and those the NIC has not taken yet.
-    returns: Option<(Consumer<Mpmc>, MbufBatch<TX_HOLD>)>,
-}
-
-impl Steering {
-    /// Software RSS from the only rx queue.
-    pub fn new(key: Vec<u8>, me: usize, rings: Vec<Option<Producer<Spsc>>>) -> Steering {
-        let rings = rings.into_iter().map(|r| r.map(Outbox::Steer)).collect();
-        Steering::with_rings(key, me, rings, true)
-    }
-
-    /// The hand-off between lcores with queues of their own: frames whose
-    /// payload `owner` names another lcore go to its inbox (`rings`).
-    pub fn handoff(me: usize, rings: Vec<Option<Producer<Mpmc>>>, owner: PayloadOwner) -> Steering {
-        let rings = rings.into_iter().map(|r| r.map(Outbox::Handoff)).collect();
-        Steering::with_rings(Vec::new(), me, rings, false).with_payload_owner(Some(owner))
-    }
-
-    fn with_rings(key: Vec<u8>, me: usize, rings: Vec<Option<Outbox>>, spread: bool) -> Steering {
-        let batches = (0..rings.len()).map(|_| MbufBatch::new()).collect();
-        Steering {
-            key,
-            me,
-            rings,
-            spread,
-            payload_owner: None,
-            batches,
-            returns: None,
-        }
-    }
-
-    /// Also transmit what the other lcores send back over `ring`.
-    pub fn with_returns(mut self, ring: Consumer<Mpmc>) -> Steering {
-        self.returns = Some((ring, MbufBatch::new()));
-        self
-    }
-
-    /// Place first by what `owner` reads in the UDP payload.
-    pub fn with_payload_owner(mut self, owner: Option<PayloadOwner>) -> Steering {
-        self.payload_owner = owner;
-        self
-    }
-
-    /// The worker a frame belongs to.
-    fn owner(&self, frame: &[u8]) -> usize {
-        let Some(udp) = Udp4Frame::parse(frame) else {
-            return self.me;
-        };
-        let workers = self.rings.len();
-        if let Some(owner) = self
-            .payload_owner
-            .and_then(|f| f(udp.payload))
-            .filter(|&o| o < workers)
-        {
-            return owner;
-        }
-        if !self.spread {
-            return self.me;
-        }
-        let map = QueueMap {
-            queues: workers as u16,
-            reta_size: 0,
-        };
-        map.queue_of(udp.hash(&self.key)) as usize
-    }
-}
-
-/// The addresses, ports and payload of an unfragmented IPv4/UDP frame,
-/// read without checks beyond what finding them needs (the owner lcore
-/// checks the rest).
-struct Udp4Frame<'a> {
-    src: Ipv4Addr,
-    dst: Ipv4Addr,
-    src_port: u16,
-    dst_port: u16,
-    payload: &'a [u8],
-}
-
-impl<'a> Udp4Frame<'a> {
-    fn parse(frame: &'a [u8]) -> Option<Udp4Frame<'a>> {
-        let eth = EthernetFrame::new_checked(frame).ok()?;
-        if eth.ethertype() != ETHERTYPE_IPV4 {
-            return None;
-        }
-        let ip_bytes = &frame[eth.header_len()..];
-        let ip = Ipv4Packet::new_checked(ip_bytes).ok()?;
-        if ip.protocol() != IP_PROTO_UDP || ip.is_fragment() {
-            return None;
-        }
-        // Up to the IP length: link padding is not payload.
-        let end = usize::from(ip.total_len()).min(ip_bytes.len());
-        let l4 = ip_bytes.get(ip.header_len()..end)?;
-        let ports = l4.get(..4)?;
-        Some(Udp4Frame {
-            src: ip.src_addr(),
-            dst: ip.dst_addr(),
-            src_port: u16::from_be_bytes([ports[0], ports[1]]),
-            dst_port: u16::from_be_bytes([ports[2], ports[3]]),
-            payload: l4.get(8..).unwrap_or_default(),
-        })
-    }
-
-    fn hash(&self, key: &[u8]) -> u32 {
-        udp4_hash(key, self.src, self.dst, self.src_port, self.dst_port)
-    }
-}
-
-/// The Toeplitz hash of an unfragmented IPv4/UDP frame's 4-tuple.
-pub fn flow_hash(key: &[u8], frame: &[u8]) -> Option<u32> {
-    Udp4Frame::parse(frame).map(|u| u.hash(key))
 }
 
 pub struct DpdkIo {
@@ -430,15 +275,8 @@ impl DpdkIo {
     /// On the steering lcore of a single-tx-queue port: send what the other
     /// lcores handed back (they counted it).
     fn flush_returns(&mut self) {
-        let (Some(s), TxPath::Queue(q)) = (self.steering.as_mut(), &mut self.tx) else {
-            return;
-        };
-        let Some((ring, held)) = s.returns.as_mut() else {
-            return;
-        };
-        ring.dequeue_burst(held);
-        if !held.is_empty() {
-            q.tx_burst(held);
+        if let (Some(s), TxPath::Queue(q)) = (self.steering.as_mut(), &mut self.tx) {
+            s.send_returns(q);
         }
     }
 
@@ -458,17 +296,8 @@ impl DpdkIo {
     }
 
     fn flush_steered(&mut self) {
-        let Some(s) = self.steering.as_mut() else {
-            return;
-        };
-        for (ring, batch) in s.rings.iter_mut().zip(s.batches.iter_mut()) {
-            let (Some(ring), false) = (ring, batch.is_empty()) else {
-                continue;
-            };
-            let n = ring.enqueue_burst(batch);
-            self.counters.steered += n as u64;
-            self.counters.drops[DropReason::SteerRingFull as usize] += batch.len() as u64;
-            batch.clear();
+        if let Some(s) = self.steering.as_mut() {
+            s.flush(&mut self.counters);
         }
     }
 
@@ -596,22 +425,6 @@ fn hold(
     } else {
         counters.drop(DropReason::TxFull);
     }
-}
-
-/// Batch `m` for the lcore that owns it, if that is not this one (sent
-/// at `flush_steered`); else give it back.
-fn hand_over(steering: &mut Option<Steering>, counters: &mut Counters, m: Mbuf) -> Option<Mbuf> {
-    let Some(s) = steering.as_mut() else {
-        return Some(m);
-    };
-    let owner = s.owner(m.data());
-    if owner == s.me {
-        return Some(m);
-    }
-    if s.batches[owner].push(m).is_err() {
-        counters.drop(DropReason::SteerRingFull);
-    }
-    None
 }
 
 impl PacketIo for DpdkIo {

@@ -11,6 +11,7 @@ pub mod heap;
 pub mod impair;
 pub mod kernel;
 pub mod memory;
+mod steering;
 
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::time::Instant;
