@@ -215,3 +215,59 @@ pub(super) fn hand_over(
     }
     None
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rss::DEFAULT_KEY;
+
+    /// An Ethernet/IPv4/UDP frame from 10.0.0.1:1000 to 10.0.0.2:4433
+    /// carrying `payload`, then `padding` bytes of link padding.
+    fn frame(payload: &[u8], padding: usize) -> Vec<u8> {
+        let udp_len = 8 + payload.len();
+        let ip_len = (20 + udp_len) as u16;
+        let mut f = vec![0u8; 12];
+        f.extend_from_slice(&ETHERTYPE_IPV4.to_be_bytes());
+        f.extend_from_slice(&[0x45, 0]);
+        f.extend_from_slice(&ip_len.to_be_bytes());
+        f.extend_from_slice(&[0, 0, 0x40, 0, 64, IP_PROTO_UDP, 0, 0]);
+        f.extend_from_slice(&[10, 0, 0, 1, 10, 0, 0, 2]);
+        f.extend_from_slice(&1000u16.to_be_bytes());
+        f.extend_from_slice(&4433u16.to_be_bytes());
+        f.extend_from_slice(&(udp_len as u16).to_be_bytes());
+        f.extend_from_slice(&[0, 0]);
+        f.extend_from_slice(payload);
+        f.resize(f.len() + padding, 0);
+        f
+    }
+
+    #[test]
+    fn a_udp_frame_gives_its_tuple_and_payload_without_link_padding() {
+        let f = frame(b"quic", 20);
+        let u = Udp4Frame::parse(&f).expect("a UDP frame");
+        assert_eq!(
+            (u.src, u.dst, u.src_port, u.dst_port),
+            (
+                Ipv4Addr::new(10, 0, 0, 1),
+                Ipv4Addr::new(10, 0, 0, 2),
+                1000,
+                4433
+            )
+        );
+        assert_eq!(u.payload, b"quic");
+        let want = udp4_hash(&DEFAULT_KEY, u.src, u.dst, 1000, 4433);
+        assert_eq!(flow_hash(&DEFAULT_KEY, &f), Some(want));
+    }
+
+    #[test]
+    fn fragments_other_protocols_and_truncated_frames_are_not_placed() {
+        let mut fragment = frame(b"quic", 0);
+        fragment[20] = 0x20; // more fragments
+        assert!(Udp4Frame::parse(&fragment).is_none());
+        let mut tcp = frame(b"quic", 0);
+        tcp[23] = 6;
+        assert!(Udp4Frame::parse(&tcp).is_none());
+        assert!(Udp4Frame::parse(&frame(b"quic", 0)[..36]).is_none());
+        assert!(Udp4Frame::parse(&[]).is_none());
+    }
+}
