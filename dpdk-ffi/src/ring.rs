@@ -134,13 +134,24 @@ impl<M> Consumer<M> {
     /// Move mbufs from the ring into the batch's free slots.
     #[inline]
     pub fn dequeue_burst<const N: usize>(&mut self, batch: &mut MbufBatch<N>) -> usize {
-        // SAFETY: only mbufs are ever enqueued; the batch has spare() free
-        // slots and takes ownership of the n dequeued.
+        self.dequeue_burst_max(batch, N)
+    }
+
+    /// `dequeue_burst`, taking at most `max` mbufs.
+    #[inline]
+    pub fn dequeue_burst_max<const N: usize>(
+        &mut self,
+        batch: &mut MbufBatch<N>,
+        max: usize,
+    ) -> usize {
+        let room = batch.spare().min(max);
+        // SAFETY: only mbufs are ever enqueued; the batch has at least
+        // `room` free slots and takes ownership of the n dequeued.
         unsafe {
             let n = sys::ainftp_ring_dequeue_burst(
                 self.ring.raw.as_ptr(),
                 batch.spare_ptr() as *mut *mut std::ffi::c_void,
-                batch.spare() as u32,
+                room as u32,
             ) as usize;
             batch.commit(n);
             n

@@ -194,7 +194,7 @@ impl Setup {
     /// then it downloads again. (Rebinding with data in flight strands
     /// that data in quiche 0.30: its issue 2452.)
     fn rebind(&mut self, conn: ConnHandle, outside: u16) {
-        self.client.idle(Duration::from_millis(50));
+        self.client.idle(Duration::from_millis(100));
         self.nat.map_to(outside);
         self.client
             .download(conn, 1 << 20, &format!("rebound to port {outside}"));

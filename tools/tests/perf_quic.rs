@@ -222,7 +222,10 @@ fn throwaway_certificates_are_removed_when_the_perf_tools_exit() {
 /// lcore that does not own its connection. With software steering the
 /// client picks ports whose replies hash to their lcore; with a queue per
 /// lcore (auto: net_tap has RSS) the kernel picks the queue, and a reply
-/// that reaches the other lcore is handed over by connection ID.
+/// that reaches the other lcore is handed over by connection ID. (On
+/// net_tap that rarely happens: the kernel sends a flow's replies to the
+/// queue that last sent on it, the owner's. What this checks is that the
+/// client runs there; `stack/tests/quic_handoff.rs` forces hand-offs.)
 #[test]
 fn dpdk_client_on_two_lcores_keeps_each_connection_on_its_own_lcore() {
     let port = 24_435;

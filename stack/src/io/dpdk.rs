@@ -1,7 +1,8 @@
-//! The DPDK backend: our host logic over one rx source (a port queue, or a
-//! ring fed by the steering lcore) and one tx queue. Received UDP payloads
-//! are handed up in their mbufs (headers stripped with `adj`, no copy);
-//! sent ones get their headers prepended in the mbuf's headroom.
+//! The DPDK backend: our host logic over one rx source (a port queue, a
+//! ring fed by the steering lcore, or a queue plus an inbox ring the other
+//! lcores hand frames to; see `io::steering`) and one tx queue. Received
+//! UDP payloads are handed up in their mbufs (headers stripped with `adj`,
+//! no copy); sent ones get their headers prepended in the mbuf's headroom.
 
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::time::Instant;
@@ -444,7 +445,9 @@ impl PacketIo for DpdkIo {
             self.take_received(true, out, *now.insert(Instant::now()));
         }
         if let RxSource::QueueAndInbox(_, inbox) = &mut self.rx {
-            if inbox.dequeue_burst(&mut self.rx_batch) > 0 {
+            let room = max.min(RX_BURST).saturating_sub(got);
+            if room > 0 && inbox.dequeue_burst_max(&mut self.rx_batch, room) > 0 {
+                self.counters.rx_bursts += 1;
                 // Placed by the lcore that handed them over: no second look.
                 self.take_received(false, out, *now.get_or_insert_with(Instant::now));
             }

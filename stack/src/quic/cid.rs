@@ -1,7 +1,13 @@
 //! Connection IDs that name their owner: the first byte of every ID an
 //! endpoint issues is its lcore index, so a packet can be routed to the
 //! lcore that owns its connection from the ID alone (software steering,
-//! migration) and no connection state is shared between lcores.
+//! migration) and no connection state is shared between lcores. The next
+//! two bytes are a tag drawn once per process: an ID a peer chose (a
+//! client's first Initials carry a random one of our length) then names
+//! an lcore only by a 1 in 65536 chance, instead of pinning 1 connection
+//! in 256 per lcore to an lcore its packets do not hash to.
+
+use std::sync::OnceLock;
 
 use quiche::ConnectionId;
 use rand::RngCore;
@@ -9,17 +15,24 @@ use rand::RngCore;
 /// Length of the connection IDs we issue.
 pub const CID_LEN: usize = 16;
 
+/// This process's tag, bytes 1 and 2 of every ID it issues.
+fn tag() -> [u8; 2] {
+    static TAG: OnceLock<[u8; 2]> = OnceLock::new();
+    *TAG.get_or_init(rand::random)
+}
+
 /// A fresh random connection ID owned by `lcore`.
 pub fn new_cid(lcore: u8, rng: &mut impl RngCore) -> ConnectionId<'static> {
     let mut id = vec![0u8; CID_LEN];
-    rng.fill_bytes(&mut id[1..]);
+    rng.fill_bytes(&mut id[3..]);
     id[0] = lcore;
+    id[1..3].copy_from_slice(&tag());
     ConnectionId::from_vec(id)
 }
 
 /// The lcore that issued `dcid`, if it is one of ours.
 pub fn owner_lcore(dcid: &[u8]) -> Option<u8> {
-    (dcid.len() == CID_LEN).then(|| dcid[0])
+    (dcid.len() == CID_LEN && dcid[1..3] == tag()).then(|| dcid[0])
 }
 
 /// The lcore named by the destination connection ID of the QUIC packet
@@ -27,8 +40,8 @@ pub fn owner_lcore(dcid: &[u8]) -> Option<u8> {
 /// packet must go when its 4-tuple hashed elsewhere (a peer its NAT
 /// rebound, a queue the kernel picked). A short header does not say how
 /// long its ID is: ours are `CID_LEN`. A long header must carry an ID of
-/// that length. A client's first Initials carry an ID it chose, which
-/// names some lcore, or none, the same way for each of them.
+/// that length and carry this process's tag (see the module doc): a
+/// client's first Initials carry an ID it chose, and stay where they land.
 /// (`stack::runtime::RuntimeConfig::payload_owner` takes this function.)
 pub fn owner_of_datagram(payload: &[u8]) -> Option<usize> {
     let first = *payload.first()?;
@@ -60,6 +73,11 @@ mod tests {
         assert_eq!(owner_lcore(&a), Some(3));
         assert_ne!(a, b);
         assert_eq!(owner_lcore(&[1, 2, 3]), None);
+        // An ID of our length that we did not issue (a client's random
+        // Initial ID) names no lcore.
+        let mut theirs = a.to_vec();
+        theirs[1] ^= 1;
+        assert_eq!(owner_lcore(&theirs), None);
     }
 
     /// quiche writes the packets; the peek must find the lcore in each

@@ -10,7 +10,6 @@ use super::QuicError;
 /// ALPN of the ainftp protocol between nodes.
 pub const ALPN: &[u8] = b"ainftp/1";
 
-/// How peers are checked.
 /// Addresses a connection can follow its peer to (a NAT rebinding each),
 /// as quiche's `active_connection_id_limit`: quiche 0.30 keeps every path
 /// a connection has used and makes a new one only while fewer than this
@@ -20,6 +19,7 @@ pub const ALPN: &[u8] = b"ainftp/1";
 /// rebindings per connection.
 pub const PATHS_PER_CONNECTION: u64 = 8;
 
+/// How peers are checked.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Trust {
     /// Mutual TLS: both sides present a certificate issued by this CA, and

@@ -109,6 +109,8 @@ pub struct RuntimeConfig {
     /// QUIC, so a connection's packets reach it after its peer's address
     /// changed, and on ports whose rx queue the kernel picks. With RSS
     /// each lcore then has an inbox ring the others hand such frames to.
+    /// It reads every UDP payload, whatever the port: for runtimes whose
+    /// UDP is all QUIC (as the QUIC tools' and the collectives' are).
     pub payload_owner: Option<PayloadOwner>,
 }
 
