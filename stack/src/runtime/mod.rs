@@ -387,15 +387,14 @@ impl Runtime {
             }),
             _ => hardware_placement(&port, n),
         };
-        if placement.is_none() && !inboxes.is_empty() {
+        if placement.is_none() {
+            let so = match inboxes.is_empty() {
+                true => "connections cannot pick it",
+                false => "frames for another lcore's connection are handed to it",
+            };
             tracing::info!(
                 port = %port.name(), driver = %port.info().driver,
-                "which lcore receives a flow is the PMD's (or kernel's) choice; frames for another lcore's connection are handed to it"
-            );
-        } else if placement.is_none() {
-            tracing::info!(
-                port = %port.name(), driver = %port.info().driver,
-                "which lcore receives a flow is the PMD's (or kernel's) choice; connections cannot pick it"
+                "which lcore receives a flow is the PMD's (or kernel's) choice; {so}"
             );
         }
         tracing::info!(
