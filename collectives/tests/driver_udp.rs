@@ -227,7 +227,10 @@ fn shutdown_with_a_collective_not_waited_for_leaves_at_once_and_says_so() {
     assert!(*t0 < Duration::from_secs(2), "rank 0 lingered {t0:?}");
     // The peer cannot finish it either: told that rank 0 left (its
     // goodbye, or its close when the goodbye is stuck behind unsent
-    // data), it fails at once rather than at its timeout.
+    // data), it fails at once rather than at its timeout. When neither
+    // reaches it before rank 0's socket is gone (a loaded host: one CI
+    // run in many), it learns from the closed port (ICMP), which says
+    // the same about rank 0.
     let (r1, t1) = &out[1];
     let err = r1.as_ref().expect_err("rank 0 abandoned the collective");
     assert!(
@@ -238,6 +241,7 @@ fn shutdown_with_a_collective_not_waited_for_leaves_at_once_and_says_so() {
                 failed: true,
                 ..
             } | Error::PeerClosed { rank: 0, .. }
+                | Error::PeerGone { rank: 0, .. }
         ),
         "{err}"
     );
