@@ -6,8 +6,11 @@
 //! - `recv_burst` makes at most one `recvmmsg` call per invocation over up to
 //!   `min(batch, quinn_udp::BATCH_SIZE)` reusable buffers. With GRO one buffer
 //!   may hold several datagrams of `stride` bytes; they are split into
-//!   separate [`KernelDatagram`]s (payloads are copied out of the reusable
-//!   receive buffers). Datagrams beyond `max` are kept for the next call.
+//!   separate [`KernelDatagram`]s (payloads are copied out of the receive
+//!   buffer). A buffer holding one datagram is handed out as it is and
+//!   replaced from a free list of receive buffers (no copy: on `lo` every
+//!   large datagram arrives alone). Datagrams beyond `max` are kept for
+//!   the next call.
 //! - `send_burst` coalesces runs of datagrams to the same peer with the same
 //!   size (the last of a run may be shorter) into one GSO message, and hands
 //!   consecutive messages to the kernel in one `sendmmsg` (one system call
@@ -49,6 +52,9 @@ const GRO_BUF_LEN: usize = 65_535;
 
 /// Most buffers kept on the free list; beyond that sent buffers are freed.
 const FREE_LIST_MAX: usize = 4096;
+/// Most spare receive buffers kept, per receive buffer in use (each up to
+/// 64 KiB with GRO); received datagrams given back beyond that are freed.
+const RX_FREE_PER_BUF: usize = 4;
 
 /// IPv4 (20) + UDP (8) header bytes.
 const IPV4_UDP_HEADERS: usize = 28;
@@ -222,7 +228,9 @@ pub enum KernelUdpError {
     },
 }
 
-/// Datagrams of the kernel backend live in heap buffers of `max_payload`.
+/// Datagrams of the kernel backend live in heap buffers: `max_payload` long
+/// from `alloc`, a receive buffer's length (`max_payload + 1`, or 64 KiB
+/// with GRO) when received whole.
 pub type KernelDatagram = super::heap::HeapDatagram;
 
 /// [`PacketIo`] over one non-blocking kernel UDP socket.
@@ -234,8 +242,11 @@ pub struct KernelUdp {
     batch: usize,
     gso: bool,
     gro: bool,
-    /// Reusable receive buffers (`batch` of them).
+    /// Receive buffers (`batch` of them, each `rx_len` long).
     rx_bufs: Vec<Vec<u8>>,
+    rx_len: usize,
+    /// Spare receive buffers, to replace one handed out whole.
+    rx_free: Vec<Vec<u8>>,
     rx_meta: Vec<RecvMeta>,
     /// Received datagrams beyond the caller's `max`, delivered next call.
     pending: VecDeque<KernelDatagram>,
@@ -401,6 +412,8 @@ impl KernelUdp {
             gso,
             gro,
             rx_bufs: (0..batch).map(|_| vec![0; rx_len]).collect(),
+            rx_len,
+            rx_free: Vec::new(),
             rx_meta: vec![RecvMeta::default(); batch],
             pending: VecDeque::new(),
             free: Vec::new(),
@@ -558,8 +571,12 @@ impl KernelUdp {
     }
 
     fn put_free(&mut self, buf: Vec<u8>) {
-        if buf.len() == self.max_payload && self.free.len() < FREE_LIST_MAX {
-            self.free.push(buf);
+        if buf.len() == self.max_payload {
+            if self.free.len() < FREE_LIST_MAX {
+                self.free.push(buf);
+            }
+        } else if buf.len() == self.rx_len && self.rx_free.len() < RX_FREE_PER_BUF * self.batch {
+            self.rx_free.push(buf);
         }
     }
 
@@ -568,19 +585,28 @@ impl KernelUdp {
     }
 
     /// Turn one received chunk into a datagram; `None` (counted) if too big.
+    /// `whole`: the chunk is all the buffer holds, so the buffer itself is
+    /// handed out.
     fn make_rx(
         &mut self,
         chunk_len: usize,
         peer: SocketAddrV4,
         buf_idx: usize,
         off: usize,
+        whole: bool,
     ) -> Option<KernelDatagram> {
         if chunk_len > self.max_payload {
             self.stats.rx_errors += 1;
             return None;
         }
-        let mut buf = self.take_buf();
-        buf[..chunk_len].copy_from_slice(&self.rx_bufs[buf_idx][off..off + chunk_len]);
+        let buf = if whole {
+            let spare = self.rx_free.pop().unwrap_or_else(|| vec![0; self.rx_len]);
+            std::mem::replace(&mut self.rx_bufs[buf_idx], spare)
+        } else {
+            let mut buf = self.take_buf();
+            buf[..chunk_len].copy_from_slice(&self.rx_bufs[buf_idx][off..off + chunk_len]);
+            buf
+        };
         self.stats.rx_datagrams += 1;
         self.stats.rx_bytes += chunk_len as u64;
         let mut d = KernelDatagram::from_vec(buf);
@@ -744,7 +770,7 @@ impl PacketIo for KernelUdp {
             let mut off = 0;
             loop {
                 let chunk = stride.min(len - off);
-                if let Some(d) = self.make_rx(chunk, peer, k, off) {
+                if let Some(d) = self.make_rx(chunk, peer, k, off, chunk == len) {
                     if got < max {
                         out.push(d);
                         got += 1;
