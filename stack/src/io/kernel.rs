@@ -8,9 +8,9 @@
 //!   may hold several datagrams of `stride` bytes; they are split into
 //!   separate [`KernelDatagram`]s (payloads are copied out of the receive
 //!   buffer). A buffer holding one datagram is handed out as it is and
-//!   replaced from a free list of receive buffers (no copy: on `lo` every
-//!   large datagram arrives alone). Datagrams beyond `max` are kept for
-//!   the next call.
+//!   replaced from a free list of receive buffers (no copy: on `lo` a
+//!   datagram of 32 KiB fills a GSO send, so it usually arrives alone).
+//!   Datagrams beyond `max` are kept for the next call.
 //! - `send_burst` coalesces runs of datagrams to the same peer with the same
 //!   size (the last of a run may be shorter) into one GSO message, and hands
 //!   consecutive messages to the kernel in one `sendmmsg` (one system call
