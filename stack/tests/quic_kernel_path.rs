@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use stack::io::kernel::{KernelDatagram, KernelUdp, KernelUdpConfig};
 use stack::io::PacketIo;
-use stack::quic::perf::{ClientStream, PerfServer, MODE_SOURCE};
+use stack::quic::perf::{ClientStream, PerfServer, MODE_ECHO, MODE_SOURCE};
 use stack::quic::{ConnHandle, ConnStats, Endpoint, Event, QuicConfig};
 
 /// Both ends allow 32 KiB datagrams, as ainftp-perf's server does when it
@@ -166,6 +166,24 @@ impl RoutedPath {
         ));
     }
 
+    /// The router as the client's NAT: it maps the client's port `real`
+    /// to `outside` (stateless, both ways), replacing any earlier mapping,
+    /// as a NAT does when an idle mapping expires or it restarts.
+    fn map_client_port(&self, real: u16, outside: u16) {
+        self.router_nft(&format!(
+            "table ip nat
+             delete table ip nat
+             table ip nat {{
+                 chain pre {{
+                     type filter hook prerouting priority -300;
+                     ip saddr {c} udp sport {real} counter udp sport set {outside} notrack
+                     ip daddr {c} udp dport {outside} counter udp dport set {real} notrack
+                 }}
+             }}",
+            c = self.client_ip()
+        ));
+    }
+
     fn down(&self) {
         let n = self.name;
         common::sh(&format!(
@@ -261,14 +279,35 @@ impl Ends {
     /// The client downloads `bytes` of the perf pattern from the server
     /// on a new stream of `conn` within `limit`.
     fn download(&mut self, conn: ConnHandle, bytes: u64, limit: Duration) {
+        self.exchange_and(conn, MODE_SOURCE, bytes, limit, bytes, || {});
+    }
+
+    /// `bytes` on a perf stream of `mode` (the server sends them, takes
+    /// them, or sends them back), calling `at_mark` once `mark` bytes
+    /// have moved.
+    fn exchange_and(
+        &mut self,
+        conn: ConnHandle,
+        mode: u8,
+        bytes: u64,
+        limit: Duration,
+        mark: u64,
+        at_mark: impl FnOnce(),
+    ) {
         let id = self.client.open_bidi(conn).unwrap();
-        let mut stream = ClientStream::new(id, MODE_SOURCE, bytes);
+        let mut stream = ClientStream::new(id, mode, bytes);
         let mut scratch = vec![0u8; 64 << 10];
         let deadline = Instant::now() + limit;
+        let mut at_mark = Some(at_mark);
         while !stream.is_done() {
+            if stream.bytes() >= mark {
+                if let Some(f) = at_mark.take() {
+                    f();
+                }
+            }
             assert!(
                 Instant::now() < deadline,
-                "{bytes} bytes not downloaded in {limit:?}: {} of them; server socket {:?}",
+                "{bytes} bytes not moved in {limit:?}: {} of them; server socket {:?}",
                 stream.bytes(),
                 self.server_io.stats()
             );
@@ -362,24 +401,8 @@ fn a_server_follows_its_client_through_a_nat_rebinding() {
     // The router is the client's NAT: it maps the client's port to an
     // outside one (stateless, both ways), and later rebinds the client to
     // another, as a NAT does when an idle mapping expires or it restarts.
-    // The client does not know; only the server sees it move. (Rebinding
-    // with data in flight strands that data in quiche 0.30: what was sent
-    // to the old address is never retransmitted, quiche issue 2452.)
-    let nat = |outside: u16| {
-        format!(
-            "table ip nat
-             delete table ip nat
-             table ip nat {{
-                 chain pre {{
-                     type filter hook prerouting priority -300;
-                     ip saddr {c} udp sport {real} counter udp sport set {outside} notrack
-                     ip daddr {c} udp dport {outside} counter udp dport set {real} notrack
-                 }}
-             }}",
-            c = path.client_ip()
-        )
-    };
-    path.router_nft(&nat(40_001));
+    // The client does not know; only the server sees it move.
+    path.map_client_port(real, 40_001);
     let mut ends = Ends::new((client_io, server_io), "rebinding", |c| c);
     let conn = ends.connect();
     ends.download(conn, 4 << 20, Duration::from_secs(20));
@@ -389,7 +412,7 @@ fn a_server_follows_its_client_through_a_nat_rebinding() {
     // The connection goes quiet (the trainer computes), and the NAT's
     // mapping is replaced meanwhile.
     ends.settle(Duration::from_millis(100));
-    path.router_nft(&nat(40_002));
+    path.map_client_port(real, 40_002);
     ends.download(conn, 4 << 20, Duration::from_secs(20));
     let second = SocketAddrV4::new(path.client_ip(), 40_002);
     assert_eq!(
@@ -397,16 +420,46 @@ fn a_server_follows_its_client_through_a_nat_rebinding() {
         Some(second),
         "the server moved to the client's new outside address"
     );
-    // And again, as often as `PATHS_PER_CONNECTION` allows: quiche 0.30
-    // keeps every path it used, and with its default limit of 2 the
-    // server dropped everything from the third address.
-    let rebindings = stack::quic::config::PATHS_PER_CONNECTION as u16 - 1;
+    // And again, twice as often as the path table has room: released
+    // quiche 0.30 kept every path it had used, and with a full table the
+    // server dropped everything from the next address (our patch evicts
+    // the path left longest ago, third_party/quiche/PATCHES.md).
+    let rebindings = 2 * stack::quic::config::PATHS_PER_CONNECTION as u16;
     for outside in 40_003..=40_001 + rebindings {
         ends.settle(Duration::from_millis(100));
-        path.router_nft(&nat(outside));
+        path.map_client_port(real, outside);
         ends.download(conn, 1 << 20, Duration::from_secs(20));
         let now = SocketAddrV4::new(path.client_ip(), outside);
         assert_eq!(ends.server.peer(served), Some(now));
+    }
+}
+
+/// The NAT moves the client while the server is sending: every packet
+/// in flight to the old port is lost, and nothing will ever acknowledge
+/// them. The server must send their data again on the new path, promptly,
+/// not a packet or two per probe timeout (quiche issue 2452).
+#[test]
+fn a_transfer_goes_on_when_the_nat_rebinds_its_client_in_mid_transfer() {
+    let path = RoutedPath::up("ainfnm", 63, 1500);
+    let (client_io, server_io) = path.sockets();
+    let real = client_io.local_addr().port();
+    path.map_client_port(real, 40_001);
+    let mut ends = Ends::new((client_io, server_io), "midrebind", |c| c);
+    let conn = ends.connect();
+    // Each exchange must finish in 10 s; released quiche 0.30 did not
+    // finish the first in 20.
+    for (k, outside) in (40_002..40_006).enumerate() {
+        ends.exchange_and(
+            conn,
+            MODE_ECHO,
+            16 << 20,
+            Duration::from_secs(10),
+            4 << 20,
+            || path.map_client_port(real, outside),
+        );
+        let served = ends.perf.connections()[0];
+        let now = SocketAddrV4::new(path.client_ip(), outside);
+        assert_eq!(ends.server.peer(served), Some(now), "rebinding {k}");
     }
 }
 

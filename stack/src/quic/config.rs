@@ -10,13 +10,13 @@ use super::QuicError;
 /// ALPN of the ainftp protocol between nodes.
 pub const ALPN: &[u8] = b"ainftp/1";
 
-/// Addresses a connection can follow its peer to (a NAT rebinding each),
-/// as quiche's `active_connection_id_limit`: quiche 0.30 keeps every path
-/// a connection has used and makes a new one only while fewer than this
-/// limit exist, so the default of 2 lets a server follow one rebinding and
-/// drop every packet from the next address (cloudflare/quiche PR 2743,
-/// open). A path costs its recovery state only once used; 8 allows seven
-/// rebindings per connection.
+/// Paths a connection keeps at once, as quiche's
+/// `active_connection_id_limit`. Released quiche 0.30 kept every path a
+/// connection had used and stopped following its peer once this many
+/// existed (at its default of 2, after one NAT rebinding); ours evicts the
+/// path the connection left longest ago (third_party/quiche/PATCHES.md),
+/// so this bounds memory, not rebindings. A path costs its recovery state
+/// only once used.
 pub const PATHS_PER_CONNECTION: u64 = 8;
 
 /// How peers are checked.
@@ -59,6 +59,8 @@ pub struct QuicConfig {
     /// Enable DATAGRAM frames, with this many queued each way.
     pub datagram_queue: Option<usize>,
     /// Congestion control by quiche's name: "cubic", "reno", "bbr2".
+    /// Only "cubic" and "reno" resend at once what was in flight when a
+    /// NAT rebinds the peer (third_party/quiche/PATCHES.md).
     pub congestion_control: String,
     pub pacing: bool,
     /// Servers: answer a first Initial with a Retry to prove the client's

@@ -142,6 +142,11 @@ impl BoundedNonEmptyConnectionIdVecDeque {
         self.inner.iter()
     }
 
+    /// Returns a mutable iterator over the entries in the `VecDeque`.
+    fn iter_mut(&mut self) -> impl Iterator<Item = &mut ConnectionIdEntry> {
+        self.inner.iter_mut()
+    }
+
     /// Returns the number of elements in the `VecDeque`.
     fn len(&self) -> usize {
         self.inner.len()
@@ -636,6 +641,29 @@ impl ConnectionIdentifiers {
         let e = self.dcids.get_mut(dcid_seq).ok_or(Error::InvalidState)?;
         e.path_id = Some(path_id);
         Ok(())
+    }
+
+    /// Re-links the Connection IDs linked to `removed`, a path being dropped
+    /// from the path table: the IDs that path `keeper` uses (`keeper_scid`,
+    /// `keeper_dcid`) are linked to `keeper`, and any other becomes
+    /// unassigned, so that no entry names a path that no longer exists.
+    pub fn relink_removed_path(
+        &mut self, removed: usize, keeper: usize, keeper_scid: Option<u64>,
+        keeper_dcid: Option<u64>,
+    ) {
+        let relink = |e: &mut ConnectionIdEntry, kept: Option<u64>| {
+            if e.path_id == Some(removed) {
+                e.path_id = (kept == Some(e.seq)).then_some(keeper);
+            }
+        };
+
+        for e in self.scids.iter_mut() {
+            relink(e, keeper_scid);
+        }
+
+        for e in self.dcids.iter_mut() {
+            relink(e, keeper_dcid);
+        }
     }
 
     /// Gets the minimum Source Connection ID sequence number whose removal has

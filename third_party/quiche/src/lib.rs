@@ -9121,6 +9121,8 @@ impl<F: BufFactory> Connection<F> {
         // Automatically probes the new path.
         path.request_validation();
 
+        self.evict_superseded_path_if_full()?;
+
         let pid = self.paths.insert_path(path, self.is_server)?;
 
         // Notify the application of CID reuse only after the path was
@@ -9148,11 +9150,33 @@ impl<F: BufFactory> Connection<F> {
             },
 
             None => {
-                ids.link_scid_to_path_id(in_scid_seq, pid)?;
+                self.ids.link_scid_to_path_id(in_scid_seq, pid)?;
             },
         }
 
         Ok(pid)
+    }
+
+    /// Removes the path the connection left longest ago when the path table
+    /// is full (`PathMap::evict_superseded_if_full()`), and re-links the
+    /// Connection IDs that named it: those the active path uses to the
+    /// active path, the others to no path.
+    fn evict_superseded_path_if_full(&mut self) -> Result<()> {
+        let Some(removed) = self.paths.evict_superseded_if_full() else {
+            return Ok(());
+        };
+
+        let active_pid = self.paths.get_active_path_id()?;
+        let active = self.paths.get(active_pid)?;
+
+        self.ids.relink_removed_path(
+            removed,
+            active_pid,
+            active.active_scid_seq,
+            active.active_dcid_seq,
+        );
+
+        Ok(())
     }
 
     /// Selects the path on which the next packet must be sent.
@@ -9266,6 +9290,8 @@ impl<F: BufFactory> Connection<F> {
             None,
         );
         path.active_dcid_seq = Some(dcid_seq);
+
+        self.evict_superseded_path_if_full()?;
 
         let pid = self
             .paths

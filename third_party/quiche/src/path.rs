@@ -252,6 +252,10 @@ pub struct Path {
 
     /// Whether or not we should force eliciting of an ACK (e.g. via PING frame)
     pub needs_ack_eliciting: bool,
+
+    /// When the connection switched away from this path, as the count of
+    /// such switches before it; `None` while the path has not been left.
+    superseded_at: Option<u64>,
 }
 
 impl Path {
@@ -320,6 +324,7 @@ impl Path {
             failure_notified: false,
             migrating: false,
             needs_ack_eliciting: false,
+            superseded_at: None,
         }
     }
 
@@ -659,6 +664,9 @@ pub struct PathMap {
 
     /// Whether this manager serves a connection as a server.
     is_server: bool,
+
+    /// How many times the active path was replaced by another.
+    supersessions: u64,
 }
 
 impl PathMap {
@@ -686,6 +694,7 @@ impl PathMap {
             addrs_to_paths,
             events: VecDeque::new(),
             is_server,
+            supersessions: 0,
         }
     }
 
@@ -811,6 +820,43 @@ impl PathMap {
         Ok(())
     }
 
+    /// Makes room for a new path by removing the path that the connection
+    /// left longest ago, when the table is full and holds no unused path
+    /// (those go first, in `insert_path()`). Without this, a path the
+    /// connection migrated away from keeps its slot forever, and once the
+    /// table is full every packet from a new peer address is dropped: a
+    /// server stops following a client its NAT rebinds.
+    ///
+    /// Nothing is removed while the active path is not validated, so a
+    /// peer address that never answers a challenge cannot push out the
+    /// path the connection would fall back to.
+    ///
+    /// Returns the identifier of the removed path; the caller re-links the
+    /// Connection IDs that named it.
+    pub fn evict_superseded_if_full(&mut self) -> Option<usize> {
+        if self.paths.len() < self.max_concurrent_paths ||
+            self.paths.iter().any(|(_, p)| p.unused()) ||
+            !self.get_active().is_ok_and(|p| p.validated())
+        {
+            return None;
+        }
+
+        let (pid, _) = self
+            .paths
+            .iter()
+            .filter(|(_, p)| !p.active())
+            .filter_map(|(pid, p)| p.superseded_at.map(|at| (pid, at)))
+            .min_by_key(|&(_, at)| at)?;
+
+        let path = self.paths.remove(pid);
+        self.addrs_to_paths
+            .remove(&(path.local_addr, path.peer_addr));
+
+        self.notify_event(PathEvent::Closed(path.local_addr, path.peer_addr));
+
+        Some(pid)
+    }
+
     /// Records the provided `Path` and returns its assigned identifier.
     ///
     /// On success, this method takes care of creating a notification to the
@@ -916,13 +962,17 @@ impl PathMap {
     /// notification once it is actually validated.
     pub fn set_active_path(&mut self, path_id: usize) -> Result<()> {
         let is_server = self.is_server;
+        let supersession = self.supersessions;
 
         if let Ok(old_active_path) = self.get_active_mut() {
             old_active_path.active = false;
+            old_active_path.superseded_at = Some(supersession);
+            self.supersessions += 1;
         }
 
         let new_active_path = self.get_mut(path_id)?;
         new_active_path.active = true;
+        new_active_path.superseded_at = None;
 
         if is_server {
             if new_active_path.validated() {

@@ -224,11 +224,42 @@ impl RecoveryEpoch {
         &mut self, loss_delay: Duration, pkt_thresh: u64, now: Instant,
         trace_id: &str, epoch: Epoch,
     ) -> LossDetectionResult {
+        let largest_acked = self.largest_acked_packet.unwrap_or(0);
+
+        self.detect_lost_packets_up_to(
+            largest_acked,
+            loss_delay,
+            pkt_thresh,
+            now,
+            trace_id,
+            epoch,
+        )
+    }
+
+    /// Declares every packet neither acknowledged nor lost yet lost (see
+    /// `on_path_change()`).
+    fn declare_all_lost(
+        &mut self, now: Instant, trace_id: &str, epoch: Epoch,
+    ) -> LossDetectionResult {
+        // As if a packet beyond every one sent had been acknowledged.
+        self.detect_lost_packets_up_to(
+            u64::MAX,
+            GRANULARITY,
+            0,
+            now,
+            trace_id,
+            epoch,
+        )
+    }
+
+    fn detect_lost_packets_up_to(
+        &mut self, largest_acked: u64, loss_delay: Duration, pkt_thresh: u64,
+        now: Instant, trace_id: &str, epoch: Epoch,
+    ) -> LossDetectionResult {
         self.loss_time = None;
 
         // Minimum time of kGranularity before packets are deemed lost.
         let loss_delay = cmp::max(loss_delay, GRANULARITY);
-        let largest_acked = self.largest_acked_packet.unwrap_or(0);
 
         // Packets sent before this time are deemed lost.
         let lost_send_time = now.checked_sub(loss_delay).unwrap();
@@ -542,6 +573,14 @@ impl LegacyRecovery {
             epoch,
         );
 
+        self.on_packets_lost(loss, epoch, now)
+    }
+
+    /// Accounts for the packets `loss` declared lost: congestion event,
+    /// bytes in flight, and removal from the sent packets.
+    fn on_packets_lost(
+        &mut self, loss: LossDetectionResult, epoch: Epoch, now: Instant,
+    ) -> (usize, usize) {
         if let Some(pkt) = loss.largest_lost_pkt {
             if !self.congestion.in_congestion_recovery(pkt.time_sent) {
                 (self.congestion.cc_ops.checkpoint)(&mut self.congestion);
@@ -870,8 +909,23 @@ impl RecoveryOps for LegacyRecovery {
     fn on_path_change(
         &mut self, epoch: Epoch, now: Instant, trace_id: &str,
     ) -> (usize, usize) {
-        // Time threshold loss detection.
-        self.detect_lost_packets(epoch, now, trace_id)
+        // The connection left this path, often because the peer's address
+        // changed (a NAT rebinding): what is in flight on it may have gone
+        // to an address nobody listens on any more, and no acknowledgement
+        // of it may ever come. Declare all of it lost, so that its frames go
+        // out again on the new path at once; otherwise only a probe timeout
+        // of this path, backing off each time, would send a packet or two
+        // of it (cloudflare/quiche issue 2452). An acknowledgement that does
+        // come later is detected as a spurious loss.
+        let loss = self.epochs[epoch].declare_all_lost(now, trace_id, epoch);
+        let lost = self.on_packets_lost(loss, epoch, now);
+
+        // Nothing left to detect or probe on a path no longer used.
+        if self.bytes_in_flight.get() == 0 {
+            self.loss_timer.clear();
+        }
+
+        lost
     }
 
     fn loss_detection_timer(&self) -> Option<Instant> {
