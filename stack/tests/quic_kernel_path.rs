@@ -184,6 +184,23 @@ impl RoutedPath {
         ));
     }
 
+    /// The router as a NAT that restarts: everything from and to the
+    /// client is dropped until the next `map_client_port`.
+    fn drop_client_traffic(&self) {
+        self.router_nft(&format!(
+            "table ip nat
+             delete table ip nat
+             table ip nat {{
+                 chain pre {{
+                     type filter hook prerouting priority -300;
+                     ip saddr {c} drop
+                     ip daddr {c} drop
+                 }}
+             }}",
+            c = self.client_ip()
+        ));
+    }
+
     fn down(&self) {
         let n = self.name;
         common::sh(&format!(
@@ -279,32 +296,26 @@ impl Ends {
     /// The client downloads `bytes` of the perf pattern from the server
     /// on a new stream of `conn` within `limit`.
     fn download(&mut self, conn: ConnHandle, bytes: u64, limit: Duration) {
-        self.exchange_and(conn, MODE_SOURCE, bytes, limit, bytes, || {});
+        self.exchange_with(conn, MODE_SOURCE, bytes, limit, |_| {});
     }
 
     /// `bytes` on a perf stream of `mode` (the server sends them, takes
-    /// them, or sends them back), calling `at_mark` once `mark` bytes
-    /// have moved.
-    fn exchange_and(
+    /// them, or sends them back), calling `meanwhile` with the bytes moved
+    /// so far between steps.
+    fn exchange_with(
         &mut self,
         conn: ConnHandle,
         mode: u8,
         bytes: u64,
         limit: Duration,
-        mark: u64,
-        at_mark: impl FnOnce(),
+        mut meanwhile: impl FnMut(u64),
     ) {
         let id = self.client.open_bidi(conn).unwrap();
         let mut stream = ClientStream::new(id, mode, bytes);
         let mut scratch = vec![0u8; 64 << 10];
         let deadline = Instant::now() + limit;
-        let mut at_mark = Some(at_mark);
         while !stream.is_done() {
-            if stream.bytes() >= mark {
-                if let Some(f) = at_mark.take() {
-                    f();
-                }
-            }
+            meanwhile(stream.bytes());
             assert!(
                 Instant::now() < deadline,
                 "{bytes} bytes not moved in {limit:?}: {} of them; server socket {:?}",
@@ -449,18 +460,50 @@ fn a_transfer_goes_on_when_the_nat_rebinds_its_client_in_mid_transfer() {
     // Each exchange must finish in 10 s; released quiche 0.30 did not
     // finish the first in 20.
     for (k, outside) in (40_002..40_006).enumerate() {
-        ends.exchange_and(
+        let mut moved = false;
+        ends.exchange_with(
             conn,
             MODE_ECHO,
             16 << 20,
             Duration::from_secs(10),
-            4 << 20,
-            || path.map_client_port(real, outside),
+            |bytes| {
+                if bytes >= 4 << 20 && !moved {
+                    path.map_client_port(real, outside);
+                    moved = true;
+                }
+            },
         );
         let served = ends.perf.connections()[0];
         let now = SocketAddrV4::new(path.client_ip(), outside);
         assert_eq!(ends.server.peer(served), Some(now), "rebinding {k}");
     }
+    // The NAT restarts in the middle of a download: it drops everything
+    // for 300 ms, then maps the client to a new port. The server's
+    // packets of those 300 ms are lost; the client's next packet (its
+    // acknowledgements, or its flow-control updates, sent again once
+    // they are lost) comes from the new port.
+    let mut down: Option<Instant> = None;
+    let mut up = false;
+    ends.exchange_with(
+        conn,
+        MODE_SOURCE,
+        16 << 20,
+        Duration::from_secs(10),
+        |bytes| match down {
+            None if bytes >= 4 << 20 => {
+                path.drop_client_traffic();
+                down = Some(Instant::now());
+            }
+            Some(at) if !up && at.elapsed() > Duration::from_millis(300) => {
+                path.map_client_port(real, 40_010);
+                up = true;
+            }
+            _ => {}
+        },
+    );
+    let served = ends.perf.connections()[0];
+    let now = SocketAddrV4::new(path.client_ip(), 40_010);
+    assert_eq!(ends.server.peer(served), Some(now), "after the restart");
 }
 
 #[test]
