@@ -170,34 +170,24 @@ impl RoutedPath {
     /// to `outside` (stateless, both ways), replacing any earlier mapping,
     /// as a NAT does when an idle mapping expires or it restarts.
     fn map_client_port(&self, real: u16, outside: u16) {
-        self.router_nft(&format!(
-            "table ip nat
-             delete table ip nat
-             table ip nat {{
-                 chain pre {{
-                     type filter hook prerouting priority -300;
-                     ip saddr {c} udp sport {real} counter udp sport set {outside} notrack
-                     ip daddr {c} udp dport {outside} counter udp dport set {real} notrack
-                 }}
-             }}",
-            c = self.client_ip()
+        let c = self.client_ip();
+        self.nat_rules(&format!(
+            "ip saddr {c} udp sport {real} counter udp sport set {outside} notrack
+             ip daddr {c} udp dport {outside} counter udp dport set {real} notrack"
         ));
     }
 
-    /// The router as a NAT that restarts: everything from and to the
-    /// client is dropped until the next `map_client_port`.
-    fn drop_client_traffic(&self) {
+    /// Replaces the router's NAT rules (run before its routing).
+    fn nat_rules(&self, rules: &str) {
         self.router_nft(&format!(
             "table ip nat
              delete table ip nat
              table ip nat {{
                  chain pre {{
                      type filter hook prerouting priority -300;
-                     ip saddr {c} drop
-                     ip daddr {c} drop
+                     {rules}
                  }}
-             }}",
-            c = self.client_ip()
+             }}"
         ));
     }
 
@@ -404,33 +394,46 @@ fn connections_find_a_path_narrower_than_both_ends_links() {
     );
 }
 
-#[test]
-fn a_server_follows_its_client_through_a_nat_rebinding() {
-    let path = RoutedPath::up("ainfnr", 61, 1500);
+/// A client behind the router as its NAT, connected from outside port
+/// 40001: the path, both ends, the client's real port and the connection.
+fn connected_behind_nat(
+    name: &'static str,
+    net: u8,
+    tag: &str,
+) -> (RoutedPath, Ends, u16, ConnHandle) {
+    let path = RoutedPath::up(name, net, 1500);
     let (client_io, server_io) = path.sockets();
     let real = client_io.local_addr().port();
+    path.map_client_port(real, 40_001);
+    let mut ends = Ends::new((client_io, server_io), tag, |c| c);
+    let conn = ends.connect();
+    (path, ends, real, conn)
+}
+
+impl Ends {
+    /// The server sends to the client at its outside port `port`.
+    fn assert_client_at(&self, path: &RoutedPath, port: u16, what: &str) {
+        let served = self.perf.connections()[0];
+        let at = SocketAddrV4::new(path.client_ip(), port);
+        assert_eq!(self.server.peer(served), Some(at), "{what}");
+    }
+}
+
+#[test]
+fn a_server_follows_its_client_through_a_nat_rebinding() {
     // The router is the client's NAT: it maps the client's port to an
     // outside one (stateless, both ways), and later rebinds the client to
     // another, as a NAT does when an idle mapping expires or it restarts.
     // The client does not know; only the server sees it move.
-    path.map_client_port(real, 40_001);
-    let mut ends = Ends::new((client_io, server_io), "rebinding", |c| c);
-    let conn = ends.connect();
+    let (path, mut ends, real, conn) = connected_behind_nat("ainfnr", 61, "rebinding");
     ends.download(conn, 4 << 20, Duration::from_secs(20));
-    let served = ends.perf.connections()[0];
-    let first = SocketAddrV4::new(path.client_ip(), 40_001);
-    assert_eq!(ends.server.peer(served), Some(first));
+    ends.assert_client_at(&path, 40_001, "first");
     // The connection goes quiet (the trainer computes), and the NAT's
     // mapping is replaced meanwhile.
     ends.settle(Duration::from_millis(100));
     path.map_client_port(real, 40_002);
     ends.download(conn, 4 << 20, Duration::from_secs(20));
-    let second = SocketAddrV4::new(path.client_ip(), 40_002);
-    assert_eq!(
-        ends.server.peer(served),
-        Some(second),
-        "the server moved to the client's new outside address"
-    );
+    ends.assert_client_at(&path, 40_002, "moved to the client's new outside address");
     // And again, twice as often as the path table has room: released
     // quiche 0.30 kept every path it had used, and with a full table the
     // server dropped everything from the next address (our patch evicts
@@ -440,8 +443,7 @@ fn a_server_follows_its_client_through_a_nat_rebinding() {
         ends.settle(Duration::from_millis(100));
         path.map_client_port(real, outside);
         ends.download(conn, 1 << 20, Duration::from_secs(20));
-        let now = SocketAddrV4::new(path.client_ip(), outside);
-        assert_eq!(ends.server.peer(served), Some(now));
+        ends.assert_client_at(&path, outside, "rebound again");
     }
 }
 
@@ -451,12 +453,7 @@ fn a_server_follows_its_client_through_a_nat_rebinding() {
 /// not a packet or two per probe timeout (quiche issue 2452).
 #[test]
 fn a_transfer_goes_on_when_the_nat_rebinds_its_client_in_mid_transfer() {
-    let path = RoutedPath::up("ainfnm", 63, 1500);
-    let (client_io, server_io) = path.sockets();
-    let real = client_io.local_addr().port();
-    path.map_client_port(real, 40_001);
-    let mut ends = Ends::new((client_io, server_io), "midrebind", |c| c);
-    let conn = ends.connect();
+    let (path, mut ends, real, conn) = connected_behind_nat("ainfnm", 63, "midrebind");
     // Each exchange must finish in 10 s; released quiche 0.30 did not
     // finish the first in 20.
     for (k, outside) in (40_002..40_006).enumerate() {
@@ -473,37 +470,8 @@ fn a_transfer_goes_on_when_the_nat_rebinds_its_client_in_mid_transfer() {
                 }
             },
         );
-        let served = ends.perf.connections()[0];
-        let now = SocketAddrV4::new(path.client_ip(), outside);
-        assert_eq!(ends.server.peer(served), Some(now), "rebinding {k}");
+        ends.assert_client_at(&path, outside, &format!("rebinding {k}"));
     }
-    // The NAT restarts in the middle of a download: it drops everything
-    // for 300 ms, then maps the client to a new port. The server's
-    // packets of those 300 ms are lost; the client's next packet (its
-    // acknowledgements, or its flow-control updates, sent again once
-    // they are lost) comes from the new port.
-    let mut down: Option<Instant> = None;
-    let mut up = false;
-    ends.exchange_with(
-        conn,
-        MODE_SOURCE,
-        16 << 20,
-        Duration::from_secs(10),
-        |bytes| match down {
-            None if bytes >= 4 << 20 => {
-                path.drop_client_traffic();
-                down = Some(Instant::now());
-            }
-            Some(at) if !up && at.elapsed() > Duration::from_millis(300) => {
-                path.map_client_port(real, 40_010);
-                up = true;
-            }
-            _ => {}
-        },
-    );
-    let served = ends.perf.connections()[0];
-    let now = SocketAddrV4::new(path.client_ip(), 40_010);
-    assert_eq!(ends.server.peer(served), Some(now), "after the restart");
 }
 
 #[test]
