@@ -177,6 +177,13 @@ impl RoutedPath {
         ));
     }
 
+    /// The router as a NAT that restarts: everything from and to the
+    /// client is dropped until the next `map_client_port`.
+    fn drop_client_traffic(&self) {
+        let c = self.client_ip();
+        self.nat_rules(&format!("ip saddr {c} drop\n ip daddr {c} drop"));
+    }
+
     /// Replaces the router's NAT rules (run before its routing).
     fn nat_rules(&self, rules: &str) {
         self.router_nft(&format!(
@@ -281,6 +288,27 @@ impl Ends {
         while Instant::now() < until {
             self.drive();
         }
+    }
+
+    /// For `d`, the server sends the client a DATAGRAM frame every 5 ms.
+    /// Returns how many arrived, stopping at the first if `first`.
+    fn server_datagrams(&mut self, conn: ConnHandle, d: Duration, first: bool) -> usize {
+        let served = self.perf.connections()[0];
+        let until = Instant::now() + d;
+        let mut next = Instant::now();
+        let mut got = 0;
+        let mut buf = [0u8; 64];
+        while Instant::now() < until && !(first && got > 0) {
+            if Instant::now() >= next {
+                self.server.dgram_send(served, b"tick").unwrap();
+                next += Duration::from_millis(5);
+            }
+            self.drive();
+            while self.client.dgram_recv(conn, &mut buf).unwrap().is_some() {
+                got += 1;
+            }
+        }
+        got
     }
 
     /// The client downloads `bytes` of the perf pattern from the server
@@ -400,12 +428,13 @@ fn connected_behind_nat(
     name: &'static str,
     net: u8,
     tag: &str,
+    config: impl Fn(QuicConfig) -> QuicConfig,
 ) -> (RoutedPath, Ends, u16, ConnHandle) {
     let path = RoutedPath::up(name, net, 1500);
     let (client_io, server_io) = path.sockets();
     let real = client_io.local_addr().port();
     path.map_client_port(real, 40_001);
-    let mut ends = Ends::new((client_io, server_io), tag, |c| c);
+    let mut ends = Ends::new((client_io, server_io), tag, config);
     let conn = ends.connect();
     (path, ends, real, conn)
 }
@@ -425,7 +454,7 @@ fn a_server_follows_its_client_through_a_nat_rebinding() {
     // outside one (stateless, both ways), and later rebinds the client to
     // another, as a NAT does when an idle mapping expires or it restarts.
     // The client does not know; only the server sees it move.
-    let (path, mut ends, real, conn) = connected_behind_nat("ainfnr", 61, "rebinding");
+    let (path, mut ends, real, conn) = connected_behind_nat("ainfnr", 61, "rebinding", |c| c);
     ends.download(conn, 4 << 20, Duration::from_secs(20));
     ends.assert_client_at(&path, 40_001, "first");
     // The connection goes quiet (the trainer computes), and the NAT's
@@ -453,7 +482,7 @@ fn a_server_follows_its_client_through_a_nat_rebinding() {
 /// not a packet or two per probe timeout (quiche issue 2452).
 #[test]
 fn a_transfer_goes_on_when_the_nat_rebinds_its_client_in_mid_transfer() {
-    let (path, mut ends, real, conn) = connected_behind_nat("ainfnm", 63, "midrebind");
+    let (path, mut ends, real, conn) = connected_behind_nat("ainfnm", 63, "midrebind", |c| c);
     // Each exchange must finish in 10 s; released quiche 0.30 did not
     // finish the first in 20.
     for (k, outside) in (40_002..40_006).enumerate() {
@@ -472,6 +501,52 @@ fn a_transfer_goes_on_when_the_nat_rebinds_its_client_in_mid_transfer() {
         );
         ends.assert_client_at(&path, outside, &format!("rebinding {k}"));
     }
+}
+
+/// A client that only receives (here DATAGRAM frames) has nothing of its
+/// own in flight, so once the server's packets stop reaching it, it sends
+/// nothing. When its NAT restarts (drops everything, then maps it to a new
+/// port), the server keeps sending to the old port and cannot learn where
+/// the client went; the client's keepalive PING (`QuicConfig::keepalive`,
+/// 1 s) tells it.
+#[test]
+fn a_client_that_only_receives_is_found_again_after_its_nat_restarts() {
+    // Path MTU discovery off: its probes would be the client's own
+    // packets in flight, and their retransmission would reveal it.
+    let (path, mut ends, real, conn) =
+        connected_behind_nat("ainfnk", 64, "keepalive", |c| QuicConfig {
+            discover_pmtu: false,
+            ..c
+        });
+    // A download first: the perf server lists a connection once it has
+    // served a stream on it.
+    ends.download(conn, 1 << 20, Duration::from_secs(20));
+    assert!(
+        ends.server_datagrams(conn, Duration::from_millis(200), false) > 0,
+        "datagrams reach the client"
+    );
+    // Quiet, so that the server acknowledges all the client sent (quiche
+    // makes every 24th acknowledgement ack-eliciting).
+    ends.settle(Duration::from_millis(100));
+    let keepalives = ends.client.stats().keepalives;
+    path.drop_client_traffic();
+    ends.server_datagrams(conn, Duration::from_millis(500), false);
+    path.map_client_port(real, 40_002);
+    let back = Instant::now();
+    let after = ends.server_datagrams(conn, Duration::from_secs(10), true);
+    assert!(
+        after > 0,
+        "no datagram reached the client in 10 s after its NAT came back"
+    );
+    ends.assert_client_at(&path, 40_002, "after the NAT restart");
+    assert!(
+        ends.client.stats().keepalives > keepalives,
+        "the client said where it is with a keepalive"
+    );
+    eprintln!(
+        "datagrams again {:?} after the NAT came back",
+        back.elapsed()
+    );
 }
 
 #[test]

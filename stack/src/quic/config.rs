@@ -51,6 +51,16 @@ pub struct QuicConfig {
     /// it such a path black-holes a connection after its handshake.
     pub discover_pmtu: bool,
     pub idle_timeout: Duration,
+    /// An established connection that has sent nothing for this long sends
+    /// a PING. A peer that only receives, with nothing of its own in
+    /// flight, is otherwise silent once packets stop reaching it: if its
+    /// NAT rebinds it meanwhile, the sender keeps sending to the old
+    /// address until the idle timeout. The PING comes from the new address,
+    /// and the sender moves there. It also keeps the NAT mappings of quiet
+    /// connections alive. A dead peer still ends in the idle timeout (only
+    /// the first PING after hearing from the peer restarts the idle timer).
+    /// `None`: never.
+    pub keepalive: Option<Duration>,
     /// Per-stream and per-connection receive windows (bytes).
     pub stream_window: u64,
     pub connection_window: u64,
@@ -82,6 +92,7 @@ impl Default for QuicConfig {
             max_udp_payload: 1472,
             discover_pmtu: true,
             idle_timeout: Duration::from_secs(30),
+            keepalive: Some(Duration::from_secs(1)),
             stream_window: 16 << 20,
             connection_window: 64 << 20,
             max_streams_bidi: 1024,

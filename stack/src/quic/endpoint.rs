@@ -185,6 +185,9 @@ pub struct EndpointStats {
     /// Connections that stalled at their discovered path size and had it
     /// checked again (see `blackhole`).
     pub pmtu_rechecks: u64,
+    /// PINGs sent by connections that had sent nothing for
+    /// `QuicConfig::keepalive`.
+    pub keepalives: u64,
 }
 
 /// A connection's transport statistics.
@@ -221,6 +224,8 @@ struct Conn {
     /// is out (see `CLOSE_DATAGRAMS`).
     close_budget: Option<u8>,
     blackhole: BlackholeWatch,
+    /// When the connection last sent a datagram (see `QuicConfig::keepalive`).
+    last_sent: Instant,
 }
 
 /// A connection closed by the application normally sends its close in the
@@ -414,6 +419,7 @@ impl<B: Datagram> Endpoint<B> {
                 refused: None,
                 close_budget: None,
                 blackhole: BlackholeWatch::default(),
+                last_sent: Instant::now(),
             },
         );
         self.order.push(h);
@@ -654,8 +660,20 @@ impl<B: Datagram> Endpoint<B> {
         });
     }
 
-    /// Fire the connections' loss-recovery and idle timers that are due.
+    /// Fire the connections' loss-recovery and idle timers that are due,
+    /// and their keepalives.
     pub fn on_timers(&mut self, now: Instant) {
+        if let Some(every) = self.config.keepalive {
+            for c in self.conns.values_mut() {
+                if keepalive_due(c, every).is_some_and(|t| t <= now) {
+                    // Goes out with the connection's next packet.
+                    if c.q.send_ack_eliciting().is_ok() {
+                        self.stats.keepalives += 1;
+                    }
+                    c.last_sent = now;
+                }
+            }
+        }
         let mut due = std::mem::take(&mut self.scratch);
         due.extend(
             self.conns
@@ -678,10 +696,17 @@ impl<B: Datagram> Endpoint<B> {
 
     /// The earliest time `on_timers` or paced sending has work.
     pub fn next_timeout(&self) -> Option<Instant> {
+        let keepalive = self.config.keepalive;
         let conns = self
             .conns
             .values()
-            .filter_map(|c| c.q.timeout_instant())
+            .flat_map(|c| {
+                [
+                    c.q.timeout_instant(),
+                    keepalive.and_then(|k| keepalive_due(c, k)),
+                ]
+            })
+            .flatten()
             .min();
         match (conns, self.paced.next_release()) {
             (Some(a), Some(b)) => Some(a.min(b)),
@@ -744,6 +769,7 @@ impl<B: Datagram> Endpoint<B> {
                     b.set_local_port(c.local_port);
                     bytes += len;
                     self.stats.datagrams_out += 1;
+                    c.last_sent = now;
                     if let Some(left) = c.close_budget.as_mut().filter(|_| !c.q.is_draining()) {
                         *left = left.saturating_sub(1);
                     }
@@ -985,6 +1011,13 @@ fn recheck_path_size(h: u64, c: &mut Conn) -> bool {
 /// The connection's peer is where quiche's active path leads (sends go
 /// where quiche addresses each packet; this keeps `Endpoint::peer` and the
 /// logs right).
+/// When an established connection that is not closing owes its peer a
+/// keepalive PING.
+fn keepalive_due(c: &Conn, every: Duration) -> Option<Instant> {
+    (c.established && c.close_budget.is_none() && !c.q.is_draining() && !c.q.is_closed())
+        .then(|| c.last_sent + every)
+}
+
 fn follow_active_path(h: u64, c: &mut Conn) {
     let active =
         c.q.path_stats()
