@@ -482,7 +482,21 @@ fn a_server_follows_its_client_through_a_nat_rebinding() {
 /// not a packet or two per probe timeout (quiche issue 2452).
 #[test]
 fn a_transfer_goes_on_when_the_nat_rebinds_its_client_in_mid_transfer() {
-    let (path, mut ends, real, conn) = connected_behind_nat("ainfnm", 63, "midrebind", |c| c);
+    transfers_go_on_through_rebindings("ainfnm", 63, "cubic");
+}
+
+/// The same with quiche's other congestion code, behind "bbr2".
+#[test]
+fn a_transfer_goes_on_when_the_nat_rebinds_its_client_in_mid_transfer_under_bbr2() {
+    transfers_go_on_through_rebindings("ainfnb", 65, "bbr2");
+}
+
+fn transfers_go_on_through_rebindings(name: &'static str, net: u8, congestion_control: &str) {
+    let (path, mut ends, real, conn) =
+        connected_behind_nat(name, net, "midrebind", |c| QuicConfig {
+            congestion_control: congestion_control.to_owned(),
+            ..c
+        });
     // Each exchange must finish in 10 s; released quiche 0.30 did not
     // finish the first in 20.
     for (k, outside) in (40_002..40_006).enumerate() {

@@ -69,8 +69,6 @@ pub struct QuicConfig {
     /// Enable DATAGRAM frames, with this many queued each way.
     pub datagram_queue: Option<usize>,
     /// Congestion control by quiche's name: "cubic", "reno", "bbr2".
-    /// Only "cubic" and "reno" resend at once what was in flight when a
-    /// NAT rebinds the peer (third_party/quiche/PATCHES.md).
     pub congestion_control: String,
     pub pacing: bool,
     /// Servers: answer a first Initial with a Retry to prove the client's

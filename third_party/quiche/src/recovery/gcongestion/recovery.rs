@@ -270,12 +270,41 @@ impl RecoveryEpoch {
         &mut self, loss_delay: Duration, pkt_thresh: Option<u64>, now: Instant,
         newly_lost: &mut Vec<Lost>,
     ) -> LossDetectionResult {
+        let largest_acked = self.largest_acked_packet.unwrap_or(0);
+
+        self.detect_and_remove_lost_packets_up_to(
+            largest_acked,
+            loss_delay,
+            pkt_thresh,
+            now,
+            newly_lost,
+        )
+    }
+
+    /// Declares every packet neither acknowledged nor lost yet lost (see
+    /// `on_path_change()`).
+    fn declare_all_lost(
+        &mut self, now: Instant, newly_lost: &mut Vec<Lost>,
+    ) -> LossDetectionResult {
+        // As if a packet beyond every one sent had been acknowledged.
+        self.detect_and_remove_lost_packets_up_to(
+            u64::MAX,
+            Duration::ZERO,
+            Some(0),
+            now,
+            newly_lost,
+        )
+    }
+
+    fn detect_and_remove_lost_packets_up_to(
+        &mut self, largest_acked: u64, loss_delay: Duration,
+        pkt_thresh: Option<u64>, now: Instant, newly_lost: &mut Vec<Lost>,
+    ) -> LossDetectionResult {
         newly_lost.clear();
         let mut lost_bytes = 0;
         self.loss_time = None;
 
         let lost_send_time = now.checked_sub(loss_delay).unwrap();
-        let largest_acked = self.largest_acked_packet.unwrap_or(0);
         let mut pmtud_lost_bytes = 0;
         let mut pmtud_lost_packets = SmallVec::new();
 
@@ -572,17 +601,28 @@ impl GRecovery {
             self.rtt_stats.loss_delay(self.loss_thresh.time_thresh());
         let lost = &mut self.lost_reuse;
 
-        let LossDetectionResult {
-            lost_bytes,
-            lost_packets,
-            pmtud_lost_bytes,
-            pmtud_lost_packets,
-        } = self.epochs[epoch].detect_and_remove_lost_packets(
+        let loss = self.epochs[epoch].detect_and_remove_lost_packets(
             loss_delay,
             self.loss_thresh.pkt_thresh(),
             now,
             lost,
         );
+
+        self.on_packets_lost(loss, now)
+    }
+
+    /// Accounts for the packets `loss` declared lost: bytes in flight, and
+    /// the PMTUD probes among them, which the pacer forgets. Returns the
+    /// lost bytes and packets.
+    fn on_packets_lost(
+        &mut self, loss: LossDetectionResult, now: Instant,
+    ) -> (usize, usize) {
+        let LossDetectionResult {
+            lost_bytes,
+            lost_packets,
+            pmtud_lost_bytes,
+            pmtud_lost_packets,
+        } = loss;
 
         self.bytes_in_flight
             .saturating_subtract(lost_bytes + pmtud_lost_bytes, now);
@@ -1018,8 +1058,38 @@ impl RecoveryOps for GRecovery {
     fn on_path_change(
         &mut self, epoch: packet::Epoch, now: Instant, _trace_id: &str,
     ) -> (usize, usize) {
-        let (lost_bytes, lost_packets) =
-            self.detect_and_remove_lost_packets(epoch, now);
+        // As in the other congestion code: what is in flight on a path the
+        // connection left may never be acknowledged (a NAT rebinding), so
+        // all of it is declared lost and its frames go out again on the
+        // new path at once (cloudflare/quiche issue 2452).
+        let prior_in_flight = self.bytes_in_flight.get();
+
+        let loss =
+            self.epochs[epoch].declare_all_lost(now, &mut self.lost_reuse);
+        let (lost_bytes, lost_packets) = self.on_packets_lost(loss, now);
+
+        // The pacer's bandwidth sampler must hear of the losses too, as on
+        // a loss detection timeout.
+        if lost_packets > 0 {
+            self.pacer.on_congestion_event(
+                false,
+                prior_in_flight,
+                self.bytes_in_flight.get(),
+                now,
+                &[],
+                &self.lost_reuse,
+                self.epochs[epoch].least_unacked(),
+                &self.rtt_stats,
+                &mut self.recovery_stats,
+            );
+        }
+
+        self.lost_count += lost_packets;
+
+        // Nothing left to detect or probe on a path no longer used.
+        if self.bytes_in_flight.is_zero() {
+            self.loss_timer.clear();
+        }
 
         (lost_packets, lost_bytes)
     }
