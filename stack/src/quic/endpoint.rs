@@ -663,24 +663,21 @@ impl<B: Datagram> Endpoint<B> {
     /// Fire the connections' loss-recovery and idle timers that are due,
     /// and their keepalives.
     pub fn on_timers(&mut self, now: Instant) {
-        if let Some(every) = self.config.keepalive {
-            for c in self.conns.values_mut() {
-                if keepalive_due(c, every).is_some_and(|t| t <= now) {
-                    // Goes out with the connection's next packet.
-                    if c.q.send_ack_eliciting().is_ok() {
-                        self.stats.keepalives += 1;
-                    }
-                    c.last_sent = now;
+        let keepalive = self.config.keepalive;
+        let mut due = std::mem::take(&mut self.scratch);
+        for (&h, c) in self.conns.iter_mut() {
+            let ping = keepalive.and_then(|every| keepalive_due(c, every));
+            if ping.is_some_and(|t| t <= now) {
+                // Goes out with the connection's next packet.
+                if c.q.send_ack_eliciting().is_ok() {
+                    self.stats.keepalives += 1;
                 }
+                c.last_sent = now;
+            }
+            if c.q.timeout_instant().is_some_and(|t| t <= now) {
+                due.push(h);
             }
         }
-        let mut due = std::mem::take(&mut self.scratch);
-        due.extend(
-            self.conns
-                .iter()
-                .filter(|(_, c)| c.q.timeout_instant().is_some_and(|t| t <= now))
-                .map(|(&h, _)| h),
-        );
         for &h in &due {
             if let Some(c) = self.conns.get_mut(&h) {
                 c.q.on_timeout();
