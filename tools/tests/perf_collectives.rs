@@ -523,13 +523,14 @@ fn a_rank_that_dies_is_named_at_once_not_after_the_timeout() {
         "--fault-exit-rank",
         "2",
     ]);
-    // The closed port is found first: a liveness link's report waits out
-    // a grace.
+    // Either names it: the closed rendezvous connection after 200 ms, or
+    // the closed port after 1 s of silence (a port found closed may only
+    // be one a NAT moved the rank away from).
     common::assert_dead_rank_named(
         &out,
         start.elapsed(),
         Duration::from_secs(15),
-        "its UDP port is closed",
+        "is gone: its",
     );
 }
 

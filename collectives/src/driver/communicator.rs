@@ -283,6 +283,12 @@ impl<B: Backend> Communicator<B> {
         self.mesh.peers()
     }
 
+    /// Where this rank's connections to `rank` send now: its listed
+    /// address, or the one it came from (a NAT may have moved it since).
+    pub fn peer_addr(&self, rank: usize) -> SocketAddrV4 {
+        self.mesh.addr_of(rank)
+    }
+
     /// Bytes of UDP payload per datagram on the wire.
     pub fn max_payload(&self) -> usize {
         self.mesh.max_payload()
@@ -595,7 +601,7 @@ impl<B: Backend> Communicator<B> {
     fn check_departed(&self, now: Instant) -> Result<()> {
         let seq = self.engine.seq();
         let said_goodbye = |r: usize| self.mesh.departed().iter().any(|&(d, _)| d == r);
-        if let Some(rank) = self.mesh.gone().find(|&r| !said_goodbye(r)) {
+        if let Some(rank) = self.mesh.gone(now).find(|&r| !said_goodbye(r)) {
             return Err(Error::PeerGone {
                 rank,
                 addr: self.mesh.addr_of(rank).to_string(),

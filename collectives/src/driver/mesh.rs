@@ -91,6 +91,13 @@ const MAX_FRAME: usize = 16 << 20;
 /// starve the others.
 const READ_BUDGET: usize = 4 << 20;
 
+/// How long a rank whose address was found closed (ICMP port unreachable)
+/// may stay silent before it counts as gone. A crashed process never
+/// speaks again; a live one whose NAT gave it a new outside port speaks
+/// from there as soon as it runs its loop (its QUIC keepalive or its next
+/// collective), and the closed port was only its old mapping.
+const CLOSED_GRACE: Duration = Duration::from_secs(1);
+
 struct Link {
     conn: ConnHandle,
     stream: Option<u64>,
@@ -359,24 +366,50 @@ impl<B: Backend> Mesh<B> {
     }
 
     /// Ranks whose address was found closed and that have sent nothing
-    /// since: their process is gone (a crashed peer never sends again; one
-    /// that had not bound yet, or a firewall's passing reject, is cleared
-    /// by its next datagram).
-    pub fn gone(&self) -> impl Iterator<Item = usize> + '_ {
+    /// in the `CLOSED_GRACE` since: their process is gone (a crashed peer
+    /// never sends again; one that had not bound yet, a firewall's passing
+    /// reject, or a NAT that moved the peer to a new port, is cleared by
+    /// its next datagram).
+    pub fn gone(&self, now: Instant) -> impl Iterator<Item = usize> + '_ {
         self.closed
             .iter()
-            .filter(|&&(r, at)| self.last_datagram[r].is_none_or(|heard| heard < at))
+            .filter(move |&&(r, at)| silent_since_closed(at, self.last_datagram[r], now))
             .map(|&(r, _)| r)
+    }
+
+    /// Points each link at the address its connection now sends to. QUIC
+    /// follows a peer whose NAT moved it to a new outside port; which
+    /// datagrams count as heard from the peer, and which closed port is
+    /// its, must follow too. (Each address a peer had stays watched: one
+    /// entry per rebinding.)
+    fn follow_moved_peers(&mut self) {
+        for l in &mut self.links {
+            let Some(now) = self.ep.peer(l.conn).filter(|&a| a != l.addr) else {
+                continue;
+            };
+            debug!(rank = ?l.rank, from = %l.addr, to = %now, "peer moved");
+            l.addr = now;
+            l.slot = self.io.watch(now);
+        }
     }
 
     fn note_closed_ports(&mut self, now: Instant) {
         for addr in self.io.inner.take_closed_ports() {
-            let rank = self
+            // A linked rank's address is its link's (where its connection
+            // sends now: an old one a NAT left behind says nothing); a rank
+            // not linked yet may not have bound its listed address.
+            let rank = match self
                 .links
                 .iter()
                 .find(|l| l.addr == addr && l.rank.is_some())
-                .and_then(|l| l.rank)
-                .or_else(|| self.peers.iter().position(|&p| p == addr));
+            {
+                Some(l) => l.rank,
+                None => self
+                    .peers
+                    .iter()
+                    .position(|&p| p == addr)
+                    .filter(|&r| self.peer_links[r].is_empty()),
+            };
             let Some(r) = rank.filter(|&r| r != self.rank) else {
                 continue;
             };
@@ -437,6 +470,7 @@ impl<B: Backend> Mesh<B> {
         self.rounds = self.rounds.wrapping_add(1);
         if work == 0 || self.rounds.is_multiple_of(64) {
             self.io.poll(now);
+            self.follow_moved_peers();
             self.note_closed_ports(now);
         }
         for l in &self.links {
@@ -867,9 +901,31 @@ fn check_claim(rank: usize, names: &[String]) -> std::result::Result<(), String>
     ))
 }
 
+/// Whether a rank whose port was found closed at `closed` has said
+/// nothing since (its last datagram came at `heard`) for `CLOSED_GRACE`.
+fn silent_since_closed(closed: Instant, heard: Option<Instant>, now: Instant) -> bool {
+    now.saturating_duration_since(closed) >= CLOSED_GRACE && heard.is_none_or(|h| h < closed)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_closed_port_names_a_rank_gone_only_after_a_silent_grace() {
+        let t0 = Instant::now();
+        let after = |ms| t0 + Duration::from_millis(ms);
+        let grace = CLOSED_GRACE.as_millis() as u64;
+        // Never heard from, or not since the report: gone once the grace
+        // is over, not before.
+        assert!(!silent_since_closed(t0, None, after(grace - 1)));
+        assert!(silent_since_closed(t0, None, after(grace)));
+        assert!(silent_since_closed(after(10), Some(t0), after(10 + grace)));
+        // A datagram at or after the report (the rank came back from a new
+        // port, or had only bound late): not gone, however long ago.
+        assert!(!silent_since_closed(t0, Some(t0), after(10 * grace)));
+        assert!(!silent_since_closed(t0, Some(after(5)), after(10 * grace)));
+    }
 
     #[test]
     fn a_goodbye_reads_back_as_written() {

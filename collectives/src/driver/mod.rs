@@ -43,7 +43,9 @@
 //!   named, not timed out). Over kernel UDP a rank whose process died
 //!   without a word is found by its closed port (the kernel's ICMP port
 //!   unreachable, read from the socket's error queue): [`Error::PeerGone`]
-//!   in milliseconds instead of a timeout. On every transport, a job
+//!   once it has also been silent for a second since (a NAT that moved a
+//!   live rank to a new port leaves the old one closed; links follow the
+//!   address QUIC follows), instead of a timeout. On every transport, a job
 //!   joined through the rendezvous keeps each rank's TCP connection to
 //!   rank 0 open (module `watch`): a process that dies has it closed by
 //!   its kernel, rank 0 tells the others, and the collective fails with
