@@ -11,13 +11,15 @@ use std::process::Command;
 use std::sync::mpsc;
 use std::time::Duration;
 
-use collectives::driver::{Communicator, DriverConfig};
+use collectives::driver::{Communicator, DriverConfig, RankEnv};
 use collectives::ReduceOp;
 
 const RANK0: Ipv4Addr = Ipv4Addr::new(10, 67, 1, 2);
 const RANK1: Ipv4Addr = Ipv4Addr::new(10, 67, 2, 2);
 const PORT0: u16 = 47_000;
 const PORT1: u16 = 47_001;
+/// Rank 0's TCP rendezvous, when the ranks join through it.
+const MASTER_PORT: u16 = 47_010;
 /// Elements per all-reduce (4 MiB).
 const COUNT: usize = 1 << 20;
 
@@ -30,40 +32,42 @@ fn sh(cmd: &str) {
     );
 }
 
-/// Namespaces `{N}a` (rank 0), `{N}r` (the router, rank 0's NAT) and
-/// `{N}b` (rank 1); removed on drop.
-struct Net;
-
-const N: &str = "ainfcn";
+/// Namespaces `{name}a` (rank 0), `{name}r` (the router, rank 0's NAT)
+/// and `{name}b` (rank 1); removed on drop.
+struct Net {
+    name: &'static str,
+}
 
 impl Net {
-    fn up() -> Net {
-        Net::down();
+    fn up(name: &'static str) -> Net {
+        let net = Net { name };
+        net.down();
+        let n = name;
         sh(&format!(
             "set -e
-             for n in {N}a {N}r {N}b; do ip netns add $n; ip -n $n link set lo up; done
-             ip link add {N}a0 netns {N}a type veth peer name {N}r0 netns {N}r
-             ip link add {N}b0 netns {N}b type veth peer name {N}r1 netns {N}r
-             ip -n {N}a addr add {RANK0}/24 dev {N}a0
-             ip -n {N}a link set {N}a0 up
-             ip -n {N}a route add default via 10.67.1.1
-             ip -n {N}b addr add {RANK1}/24 dev {N}b0
-             ip -n {N}b link set {N}b0 up
-             ip -n {N}b route add default via 10.67.2.1
-             ip -n {N}r addr add 10.67.1.1/24 dev {N}r0
-             ip -n {N}r addr add 10.67.2.1/24 dev {N}r1
-             ip -n {N}r link set {N}r0 up
-             ip -n {N}r link set {N}r1 up
-             ip netns exec {N}r sysctl -qw net.ipv4.ip_forward=1"
+             for x in {n}a {n}r {n}b; do ip netns add $x; ip -n $x link set lo up; done
+             ip link add {n}a0 netns {n}a type veth peer name {n}r0 netns {n}r
+             ip link add {n}b0 netns {n}b type veth peer name {n}r1 netns {n}r
+             ip -n {n}a addr add {RANK0}/24 dev {n}a0
+             ip -n {n}a link set {n}a0 up
+             ip -n {n}a route add default via 10.67.1.1
+             ip -n {n}b addr add {RANK1}/24 dev {n}b0
+             ip -n {n}b link set {n}b0 up
+             ip -n {n}b route add default via 10.67.2.1
+             ip -n {n}r addr add 10.67.1.1/24 dev {n}r0
+             ip -n {n}r addr add 10.67.2.1/24 dev {n}r1
+             ip -n {n}r link set {n}r0 up
+             ip -n {n}r link set {n}r1 up
+             ip netns exec {n}r sysctl -qw net.ipv4.ip_forward=1"
         ));
-        Net
+        net
     }
 
-    /// The router maps rank 0's port to `outside` (stateless, both ways),
-    /// replacing any earlier mapping.
+    /// The router maps rank 0's UDP port to `outside` (stateless, both
+    /// ways), replacing any earlier mapping.
     fn map_rank0_to(&self, outside: u16) {
         sh(&format!(
-            "ip netns exec {N}r nft -f - <<'EOF'
+            "ip netns exec {}r nft -f - <<'EOF'
 table ip nat
 delete table ip nat
 table ip nat {{
@@ -73,15 +77,17 @@ table ip nat {{
         ip daddr {RANK0} udp dport {outside} udp dport set {PORT0} notrack
     }}
 }}
-EOF"
+EOF",
+            self.name
         ));
     }
 
-    fn down() {
+    fn down(&self) {
+        let n = self.name;
         let _ = Command::new("sh")
             .arg("-c")
             .arg(format!(
-                "for x in {N}a {N}r {N}b; do ip netns del $x 2>/dev/null; done; true"
+                "for x in {n}a {n}r {n}b; do ip netns del $x 2>/dev/null; done; true"
             ))
             .status();
     }
@@ -89,7 +95,7 @@ EOF"
 
 impl Drop for Net {
     fn drop(&mut self) {
-        Net::down();
+        self.down();
     }
 }
 
@@ -97,26 +103,42 @@ fn value(rank: usize, i: usize) -> f32 {
     ((i * 7 + rank * 13) % 64) as f32 * 0.25 - 8.0
 }
 
-/// All-reduces each rank runs; rank 0's NAT rebinds it after every
-/// `PER_MAPPING` of them.
-const COLLECTIVES: usize = 21;
-const PER_MAPPING: usize = 3;
+/// How the ranks find each other.
+#[derive(Clone, Copy)]
+enum Launch {
+    /// Both are given the other's address (`Communicator::new`).
+    Listed,
+    /// Through rank 0's TCP rendezvous, whose connections stay open as
+    /// the job's liveness links.
+    Rendezvous,
+}
 
-/// Rank `rank`, in namespace `ns`, runs `COLLECTIVES` all-reduces and
-/// checks each result. Rank 0 asks for a rebinding (`rebind`) after every
-/// `PER_MAPPING` and waits until it is done (`rebound`), so rank 1 starts
+/// The run: `collectives` all-reduces; rank 0's NAT moves it after every
+/// `per_mapping`, while rank 0 is held back for `hold`.
+#[derive(Clone, Copy)]
+struct Plan {
+    launch: Launch,
+    collectives: usize,
+    per_mapping: usize,
+    hold: Duration,
+}
+
+/// Rank `rank`, in namespace `ns`, runs the plan's all-reduces and checks
+/// each result. Rank 0 asks for a rebinding (`rebind`) after every
+/// `per_mapping` and waits until it is done (`rebound`), so rank 1 starts
 /// the next collective first and sends to rank 0's old port. Returns
 /// where its connection to the other rank sends at the end, or the first
 /// error or wrong element.
 fn run_rank(
     rank: usize,
     ns: String,
+    plan: Plan,
     rebind: mpsc::Sender<()>,
     rebound: mpsc::Receiver<()>,
 ) -> Result<SocketAddrV4, String> {
     let f = std::fs::File::open(format!("/run/netns/{ns}")).unwrap();
     nix::sched::setns(&f, nix::sched::CloneFlags::CLONE_NEWNET).unwrap();
-    let peers = vec![
+    let peers = [
         SocketAddrV4::new(RANK0, PORT0),
         SocketAddrV4::new(RANK1, PORT1),
     ];
@@ -124,10 +146,22 @@ fn run_rank(
         timeout: Duration::from_secs(5),
         ..DriverConfig::default()
     };
-    let mut c = Communicator::new(rank, 2, peers, cfg).map_err(|e| e.to_string())?;
+    let joined = match plan.launch {
+        Launch::Listed => Communicator::new(rank, 2, peers.to_vec(), cfg),
+        Launch::Rendezvous => {
+            let env = RankEnv {
+                rank,
+                world: 2,
+                master_addr: RANK0.to_string(),
+                master_port: MASTER_PORT,
+            };
+            Communicator::from_env_bound(&env, peers[rank], cfg)
+        }
+    };
+    let mut c = joined.map_err(|e| e.to_string())?;
     let mut buf = vec![0f32; COUNT];
-    for n in 0..COLLECTIVES {
-        if rank == 0 && n > 0 && n % PER_MAPPING == 0 {
+    for n in 0..plan.collectives {
+        if rank == 0 && n > 0 && n % plan.per_mapping == 0 {
             rebind.send(()).unwrap();
             rebound.recv().unwrap();
         }
@@ -143,15 +177,18 @@ fn run_rank(
     Ok(c.peer_addr(1 - rank))
 }
 
-#[test]
-fn all_reduces_go_on_while_a_nat_rebinds_a_rank() {
-    let net = Net::up();
+/// Runs `plan` in namespaces named after `name`; asserts every collective
+/// completed with the right result on both ranks, and that rank 1 ends
+/// up sending to rank 0's last outside port.
+fn all_reduces_through_rebindings(name: &'static str, plan: Plan) {
+    let net = Net::up(name);
     net.map_rank0_to(40_001);
     let (rebind, rebind_asked) = mpsc::channel();
     let (rebound_tx, rebound) = mpsc::channel();
-    let rank0 = std::thread::spawn(move || run_rank(0, format!("{N}a"), rebind, rebound));
+    let rank0 = std::thread::spawn(move || run_rank(0, format!("{name}a"), plan, rebind, rebound));
     let (unused_tx, unused_rx) = mpsc::channel();
-    let rank1 = std::thread::spawn(move || run_rank(1, format!("{N}b"), unused_tx, unused_rx));
+    let rank1 =
+        std::thread::spawn(move || run_rank(1, format!("{name}b"), plan, unused_tx, unused_rx));
     // Rebind each time rank 0 asks; it stops asking when it ends.
     let mut last = 40_001;
     for outside in 40_002.. {
@@ -162,7 +199,7 @@ fn all_reduces_go_on_while_a_nat_rebinds_a_rank() {
         last = outside;
         // Meanwhile rank 1 is in the next collective, and its packets and
         // probes go to the old port.
-        std::thread::sleep(Duration::from_millis(300));
+        std::thread::sleep(plan.hold);
         rebound_tx.send(()).unwrap();
     }
     let results = [rank0.join().unwrap(), rank1.join().unwrap()];
@@ -172,11 +209,44 @@ fn all_reduces_go_on_while_a_nat_rebinds_a_rank() {
         results[0],
         results[1]
     );
-    assert_eq!(last, 40_001 + (COLLECTIVES - 1) as u16 / PER_MAPPING as u16);
+    let rebindings = (plan.collectives - 1) / plan.per_mapping;
+    assert_eq!(last, 40_001 + rebindings as u16);
     assert_eq!(
         results[1],
         Ok(SocketAddrV4::new(RANK0, last)),
         "rank 1 sends to rank 0's last outside port"
     );
     assert_eq!(results[0], Ok(SocketAddrV4::new(RANK1, PORT1)));
+}
+
+/// Ranks given each other's addresses: rank 0 is held back 300 ms each
+/// time, within the second a rank found at a closed port has to speak.
+#[test]
+fn all_reduces_go_on_while_a_nat_rebinds_a_rank() {
+    all_reduces_through_rebindings(
+        "ainfcn",
+        Plan {
+            launch: Launch::Listed,
+            collectives: 21,
+            per_mapping: 3,
+            hold: Duration::from_millis(300),
+        },
+    );
+}
+
+/// Ranks joined through the rendezvous: its liveness links say whether a
+/// rank lives, so a closed UDP port does not count, and rank 0 may stay
+/// away longer after a rebinding (a trainer computing) than the second
+/// allowed without the links.
+#[test]
+fn with_liveness_links_a_moved_rank_may_compute_for_long() {
+    all_reduces_through_rebindings(
+        "ainfcw",
+        Plan {
+            launch: Launch::Rendezvous,
+            collectives: 7,
+            per_mapping: 3,
+            hold: Duration::from_millis(2500),
+        },
+    );
 }

@@ -596,12 +596,23 @@ impl<B: Backend> Communicator<B> {
     }
 
     /// A peer that said goodbye before completing the running collective
-    /// will never send the rest of it; one whose port or liveness link
-    /// closed without a goodbye crashed.
+    /// will never send the rest of it; one whose liveness link (or,
+    /// without the rendezvous's links, its UDP port) closed without a
+    /// goodbye crashed.
     fn check_departed(&self, now: Instant) -> Result<()> {
         let seq = self.engine.seq();
         let said_goodbye = |r: usize| self.mesh.departed().iter().any(|&(d, _)| d == r);
-        if let Some(rank) = self.mesh.gone(now).find(|&r| !said_goodbye(r)) {
+        // A liveness link says whether a rank's process lives; a closed
+        // UDP port says less: a NAT that moved a live rank to a new port
+        // leaves the old one closed, and the rank may compute for long
+        // before it speaks again from the new one.
+        let by_port = self
+            .watch
+            .is_none()
+            .then(|| self.mesh.gone(now))
+            .into_iter()
+            .flatten();
+        if let Some(rank) = by_port.into_iter().find(|&r| !said_goodbye(r)) {
             return Err(Error::PeerGone {
                 rank,
                 addr: self.mesh.addr_of(rank).to_string(),

@@ -45,7 +45,9 @@
 //!   unreachable, read from the socket's error queue): [`Error::PeerGone`]
 //!   once it has also been silent for a second since (a NAT that moved a
 //!   live rank to a new port leaves the old one closed; links follow the
-//!   address QUIC follows), instead of a timeout. On every transport, a job
+//!   address QUIC follows), instead of a timeout. Not in a job joined
+//!   through the rendezvous, whose liveness links say more. On every
+//!   transport, a job
 //!   joined through the rendezvous keeps each rank's TCP connection to
 //!   rank 0 open (module `watch`): a process that dies has it closed by
 //!   its kernel, rank 0 tells the others, and the collective fails with
