@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use stack::io::kernel::{KernelDatagram, KernelUdp, KernelUdpConfig};
 use stack::io::PacketIo;
-use stack::quic::perf::{ClientStream, PerfServer, MODE_ECHO, MODE_SOURCE};
+use stack::quic::perf::{ClientStream, PerfServer, MODE_DISCARD, MODE_ECHO, MODE_SOURCE};
 use stack::quic::{ConnHandle, ConnStats, Endpoint, Event, QuicConfig};
 
 /// Both ends allow 32 KiB datagrams, as ainftp-perf's server does when it
@@ -248,9 +248,11 @@ impl Ends {
 
     /// The client's connection to the server, once established.
     fn connect(&mut self) -> ConnHandle {
+        // Sized by the client's route, as the server sizes what it accepts.
         let conn = self
             .client
-            .connect(
+            .connect_via(
+                &self.client_io,
                 self.client_io.local_addr(),
                 self.server_io.local_addr(),
                 Some("server"),
@@ -354,7 +356,7 @@ impl Ends {
 }
 
 #[test]
-fn a_server_sends_what_the_path_carries_not_what_the_peer_offers() {
+fn each_end_sends_what_the_path_carries_not_what_the_peer_offers() {
     let _link = Link::up();
     let server_io = KernelUdp::bind(
         SocketAddrV4::new(Ipv4Addr::new(10, 77, 0, 1), 0),
@@ -380,6 +382,19 @@ fn a_server_sends_what_the_path_carries_not_what_the_peer_offers() {
     let conn = ends.connect();
     ends.download(conn, 4 << 20, Duration::from_secs(20));
     let sent = ends.server_io.stats();
+    assert_eq!(
+        sent.tx_dropped, 0,
+        "no datagram too big for the path: {sent:?}"
+    );
+    assert!(
+        sent.tx_bytes / sent.tx_datagrams > 1000,
+        "full-size packets, not 1200-byte ones: {sent:?}"
+    );
+    // The client's endpoint is made for 32 KiB datagrams too; it connected
+    // through its backend (`Endpoint::connect_via`), which sizes the
+    // connection by the route to the server.
+    ends.exchange_with(conn, MODE_DISCARD, 4 << 20, Duration::from_secs(20), |_| {});
+    let sent = ends.client_io.stats();
     assert_eq!(
         sent.tx_dropped, 0,
         "no datagram too big for the path: {sent:?}"

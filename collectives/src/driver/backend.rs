@@ -165,4 +165,8 @@ impl<B: PacketIo> PacketIo for Counting<B> {
     fn max_payload(&self) -> usize {
         self.inner.max_payload()
     }
+
+    fn max_payload_to(&self, peer: SocketAddrV4) -> usize {
+        self.inner.max_payload_to(peer)
+    }
 }

@@ -236,7 +236,7 @@ impl<B: Backend> Mesh<B> {
                 let addr = mesh.peers[peer];
                 let conn = mesh
                     .ep
-                    .connect(local, addr, Some(&node_name(peer)))
+                    .connect_via(&mesh.io, local, addr, Some(&node_name(peer)))
                     .map_err(|e| {
                         Error::Transport(format!("dialling rank {peer} at {addr}: {e}"))
                     })?;

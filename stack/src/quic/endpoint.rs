@@ -265,6 +265,9 @@ pub struct Endpoint<B: Datagram> {
     /// Largest UDP payload the server side sends, before the path to the
     /// peer caps it (see `accept`).
     server_max_send: usize,
+    /// Largest UDP payload a connection we open sends, before the path to
+    /// the peer caps it (see `connect_via`).
+    client_max_send: usize,
 }
 
 impl<B: Datagram> Endpoint<B> {
@@ -291,6 +294,7 @@ impl<B: Datagram> Endpoint<B> {
         };
         let client_config = config.build(false, max_payload)?;
         let server_max_send = config.max_udp_payload.min(max_payload);
+        let client_max_send = server_max_send;
         Ok(Endpoint {
             lcore,
             require_client_cert: matches!(config.trust, Trust::ClusterCa(_)),
@@ -311,6 +315,7 @@ impl<B: Datagram> Endpoint<B> {
             rx: Vec::with_capacity(RX_BURST),
             scratch: Vec::new(),
             server_max_send,
+            client_max_send,
         })
     }
 
@@ -356,13 +361,31 @@ impl<B: Datagram> Endpoint<B> {
 
     /// Open a connection to `peer` from `local`; `server_name` is checked
     /// against the server's certificate (a node name under a cluster CA).
+    /// Its datagrams may be as big as the endpoint's; `connect_via` sizes
+    /// them by the path instead.
     pub fn connect(
         &mut self,
         local: SocketAddrV4,
         peer: SocketAddrV4,
         server_name: Option<&str>,
     ) -> Result<ConnHandle, QuicError> {
-        self.connect_resuming(local, peer, server_name, None)
+        self.open(local, peer, server_name, None, self.client_max_send)
+    }
+
+    /// `connect`, with datagrams no bigger than `io`'s route to `peer`
+    /// carries (`PacketIo::max_payload_to`), as the server side does for
+    /// each connection it accepts. An endpoint made for loopback's big
+    /// datagrams can then reach a peer across a 1500-byte link without
+    /// losing every full-size packet first (sends are DF).
+    pub fn connect_via<P: PacketIo<Buf = B>>(
+        &mut self,
+        io: &P,
+        local: SocketAddrV4,
+        peer: SocketAddrV4,
+        server_name: Option<&str>,
+    ) -> Result<ConnHandle, QuicError> {
+        let max_send = io.max_payload_to(peer).min(self.client_max_send);
+        self.open(local, peer, server_name, None, max_send)
     }
 
     /// `connect`, resuming the TLS session of an earlier connection to the
@@ -374,9 +397,22 @@ impl<B: Datagram> Endpoint<B> {
         server_name: Option<&str>,
         session: Option<&[u8]>,
     ) -> Result<ConnHandle, QuicError> {
+        self.open(local, peer, server_name, session, self.client_max_send)
+    }
+
+    fn open(
+        &mut self,
+        local: SocketAddrV4,
+        peer: SocketAddrV4,
+        server_name: Option<&str>,
+        session: Option<&[u8]>,
+        max_send: usize,
+    ) -> Result<ConnHandle, QuicError> {
         if self.conns.len() >= self.config.max_connections {
             return Err(QuicError::TooManyConnections(self.config.max_connections));
         }
+        // Read when the connection is made: each gets its own.
+        self.client_config.set_max_send_udp_payload_size(max_send);
         let scid = new_cid(self.lcore, &mut self.rng);
         let mut q = quiche::connect_with_buffer_factory(
             server_name,
