@@ -262,12 +262,9 @@ pub struct Endpoint<B: Datagram> {
     rx: Vec<B>,
     /// Scratch list of connection handles, reused every round.
     scratch: Vec<u64>,
-    /// Largest UDP payload the server side sends, before the path to the
-    /// peer caps it (see `accept`).
-    server_max_send: usize,
-    /// Largest UDP payload a connection we open sends, before the path to
-    /// the peer caps it (see `connect_via`).
-    client_max_send: usize,
+    /// Largest UDP payload a connection sends, before the path to the peer
+    /// caps it (see `accept` and `connect_via`).
+    max_send: usize,
 }
 
 impl<B: Datagram> Endpoint<B> {
@@ -293,8 +290,7 @@ impl<B: Datagram> Endpoint<B> {
             None
         };
         let client_config = config.build(false, max_payload)?;
-        let server_max_send = config.max_udp_payload.min(max_payload);
-        let client_max_send = server_max_send;
+        let max_send = config.max_udp_payload.min(max_payload);
         Ok(Endpoint {
             lcore,
             require_client_cert: matches!(config.trust, Trust::ClusterCa(_)),
@@ -314,8 +310,7 @@ impl<B: Datagram> Endpoint<B> {
             stats: EndpointStats::default(),
             rx: Vec::with_capacity(RX_BURST),
             scratch: Vec::new(),
-            server_max_send,
-            client_max_send,
+            max_send,
         })
     }
 
@@ -369,7 +364,7 @@ impl<B: Datagram> Endpoint<B> {
         peer: SocketAddrV4,
         server_name: Option<&str>,
     ) -> Result<ConnHandle, QuicError> {
-        self.open(local, peer, server_name, None, self.client_max_send)
+        self.open(local, peer, server_name, None, self.max_send)
     }
 
     /// `connect`, with datagrams no bigger than `io`'s route to `peer`
@@ -384,7 +379,7 @@ impl<B: Datagram> Endpoint<B> {
         peer: SocketAddrV4,
         server_name: Option<&str>,
     ) -> Result<ConnHandle, QuicError> {
-        let max_send = io.max_payload_to(peer).min(self.client_max_send);
+        let max_send = io.max_payload_to(peer).min(self.max_send);
         self.open(local, peer, server_name, None, max_send)
     }
 
@@ -397,7 +392,7 @@ impl<B: Datagram> Endpoint<B> {
         server_name: Option<&str>,
         session: Option<&[u8]>,
     ) -> Result<ConnHandle, QuicError> {
-        self.open(local, peer, server_name, session, self.client_max_send)
+        self.open(local, peer, server_name, session, self.max_send)
     }
 
     fn open(
@@ -565,7 +560,7 @@ impl<B: Datagram> Endpoint<B> {
         // carries (aioquic offers 65527 bytes): quiche sends up to the
         // smaller of its own limit and the peer's, so ours must be the
         // path's, or every full-size packet is lost on the way.
-        cfg.set_max_send_udp_payload_size(io.max_payload_to(peer).min(self.server_max_send));
+        cfg.set_max_send_udp_payload_size(io.max_payload_to(peer).min(self.max_send));
         match quiche::accept_with_buf_factory(
             &scid,
             odcid.as_ref(),
