@@ -355,6 +355,19 @@ impl Ends {
     }
 }
 
+/// `io` sent full-size datagrams and none too big for its 1500-byte path.
+fn assert_sent_what_the_path_carries(io: &KernelUdp) {
+    let sent = io.stats();
+    assert_eq!(
+        sent.tx_dropped, 0,
+        "no datagram too big for the path: {sent:?}"
+    );
+    assert!(
+        sent.tx_bytes / sent.tx_datagrams > 1000,
+        "full-size packets, not 1200-byte ones: {sent:?}"
+    );
+}
+
 #[test]
 fn each_end_sends_what_the_path_carries_not_what_the_peer_offers() {
     let _link = Link::up();
@@ -381,28 +394,12 @@ fn each_end_sends_what_the_path_carries_not_what_the_peer_offers() {
     });
     let conn = ends.connect();
     ends.download(conn, 4 << 20, Duration::from_secs(20));
-    let sent = ends.server_io.stats();
-    assert_eq!(
-        sent.tx_dropped, 0,
-        "no datagram too big for the path: {sent:?}"
-    );
-    assert!(
-        sent.tx_bytes / sent.tx_datagrams > 1000,
-        "full-size packets, not 1200-byte ones: {sent:?}"
-    );
+    assert_sent_what_the_path_carries(&ends.server_io);
     // The client's endpoint is made for 32 KiB datagrams too; it connected
     // through its backend (`Endpoint::connect_via`), which sizes the
     // connection by the route to the server.
     ends.exchange_with(conn, MODE_DISCARD, 4 << 20, Duration::from_secs(20), |_| {});
-    let sent = ends.client_io.stats();
-    assert_eq!(
-        sent.tx_dropped, 0,
-        "no datagram too big for the path: {sent:?}"
-    );
-    assert!(
-        sent.tx_bytes / sent.tx_datagrams > 1000,
-        "full-size packets, not 1200-byte ones: {sent:?}"
-    );
+    assert_sent_what_the_path_carries(&ends.client_io);
 }
 
 #[test]
