@@ -113,6 +113,19 @@ impl<B> Counting<B> {
         self.watch.len() - 1
     }
 
+    /// Slot `i` watches `addr` from now on (its peer moved there), unless
+    /// another slot already does; returns the slot that does. A moved peer
+    /// takes its slot along, so the list (scanned per datagram) does not
+    /// grow with each move.
+    pub fn rewatch(&mut self, i: usize, addr: SocketAddrV4) -> usize {
+        if let Some(j) = self.watch.iter().position(|a| *a == addr) {
+            return j;
+        }
+        self.watch[i] = addr;
+        self.heard[i] = false;
+        i
+    }
+
     /// Whether slot `i` was heard from since the last call.
     pub fn take_heard(&mut self, i: usize) -> bool {
         std::mem::take(&mut self.heard[i])
@@ -168,5 +181,30 @@ impl<B: PacketIo> PacketIo for Counting<B> {
 
     fn max_payload_to(&self, peer: SocketAddrV4) -> usize {
         self.inner.max_payload_to(peer)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use stack::io::kernel::KernelUdpConfig;
+
+    #[test]
+    fn a_moved_peer_takes_its_slot_along() {
+        let local = SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0);
+        let mut io = Counting::new(KernelUdp::bind(local, KernelUdpConfig::default()).unwrap());
+        let at = |port| SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 1), port);
+        let (a, b) = (io.watch(at(1)), io.watch(at(2)));
+        for port in 3..100 {
+            assert_eq!(io.rewatch(a, at(port)), a);
+        }
+        assert_eq!(
+            io.watch.len(),
+            2,
+            "one slot per peer, however often it moved"
+        );
+        assert_eq!(io.watch(at(99)), a);
+        // Moving onto an address another slot watches: that slot.
+        assert_eq!(io.rewatch(a, at(2)), b);
     }
 }

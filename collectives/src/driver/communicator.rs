@@ -606,18 +606,14 @@ impl<B: Backend> Communicator<B> {
         // UDP port says less: a NAT that moved a live rank to a new port
         // leaves the old one closed, and the rank may compute for long
         // before it speaks again from the new one.
-        let by_port = self
-            .watch
-            .is_none()
-            .then(|| self.mesh.gone(now))
-            .into_iter()
-            .flatten();
-        if let Some(rank) = by_port.into_iter().find(|&r| !said_goodbye(r)) {
-            return Err(Error::PeerGone {
-                rank,
-                addr: self.mesh.addr_of(rank).to_string(),
-                seq,
-            });
+        if self.watch.is_none() {
+            if let Some(rank) = self.mesh.gone(now).find(|&r| !said_goodbye(r)) {
+                return Err(Error::PeerGone {
+                    rank,
+                    addr: self.mesh.addr_of(rank).to_string(),
+                    seq,
+                });
+            }
         }
         let mut lost = self
             .watch

@@ -380,8 +380,7 @@ impl<B: Backend> Mesh<B> {
     /// Points each link at the address its connection now sends to. QUIC
     /// follows a peer whose NAT moved it to a new outside port; which
     /// datagrams count as heard from the peer, and which closed port is
-    /// its, must follow too. (Each address a peer had stays watched: one
-    /// entry per rebinding.)
+    /// its, must follow too.
     fn follow_moved_peers(&mut self) {
         for l in &mut self.links {
             let Some(now) = self.ep.peer(l.conn).filter(|&a| a != l.addr) else {
@@ -389,7 +388,7 @@ impl<B: Backend> Mesh<B> {
             };
             debug!(rank = ?l.rank, from = %l.addr, to = %now, "peer moved");
             l.addr = now;
-            l.slot = self.io.watch(now);
+            l.slot = self.io.rewatch(l.slot, now);
         }
     }
 
