@@ -777,3 +777,65 @@ fn a_closed_peer_port_is_reported_and_sends_to_others_still_go_out() {
     io.poll(Instant::now());
     assert_eq!(io.take_closed_ports(), vec![closed]);
 }
+
+/// A datagram the device drops at once is counted as dropped, and the
+/// datagrams behind it go out. Here the device is a veth whose far end is
+/// too narrow for a 1472-byte datagram: the kernel drops it in the send
+/// call and, since the socket asks for errors (IP_RECVERR), says ENOBUFS.
+/// It would be dropped on every retry, so waiting for it to go (as for a
+/// full socket buffer) would hold up every later datagram, to any peer,
+/// for good.
+#[test]
+fn a_datagram_the_device_drops_does_not_hold_up_the_ones_behind_it() {
+    thread::spawn(|| {
+        nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET).unwrap();
+        // 10.1.0.2 is the veth's far end, 1280 bytes wide; no address
+        // answers there, so its neighbour entry is written by hand.
+        let script = "set -e
+            ip link set lo up
+            ip link add ainfnb0 type veth peer name ainfnb1 address 02:00:00:00:00:02
+            ip link set ainfnb1 mtu 1280 up
+            ip addr add 10.1.0.1/24 dev ainfnb0
+            ip link set ainfnb0 up
+            ip neigh add 10.1.0.2 lladdr 02:00:00:00:00:02 dev ainfnb0 nud permanent";
+        let out = Command::new("sh").arg("-c").arg(script).output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let local = SocketAddrV4::new(Ipv4Addr::new(10, 1, 0, 1), 0);
+        let mut a = KernelUdp::bind(local, cfg()).unwrap();
+        let mut b = KernelUdp::bind(local, cfg()).unwrap();
+        let narrow = SocketAddrV4::new(Ipv4Addr::new(10, 1, 0, 2), 9);
+        let mut bufs = vec![
+            make(&mut a, narrow, 0, 1472),
+            make(&mut a, b.local_addr(), 1, 100),
+        ];
+        let end = Instant::now() + DEADLINE;
+        while !bufs.is_empty() {
+            assert!(
+                Instant::now() < end,
+                "{} datagrams still waiting: {:?}",
+                bufs.len(),
+                a.stats()
+            );
+            a.send_burst(&mut bufs);
+        }
+        assert_eq!(a.stats().tx_dropped, 1, "{:?}", a.stats());
+        let mut got = Vec::new();
+        while got.is_empty() {
+            assert!(Instant::now() < end, "nothing arrived");
+            b.recv_burst(&mut got, 8);
+        }
+        check(
+            &got,
+            &[(1, 100)],
+            a.local_addr(),
+            b.local_addr().port(),
+            "behind the drop",
+        );
+    })
+    .join()
+    .unwrap();
+}

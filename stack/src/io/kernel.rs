@@ -100,9 +100,6 @@ fn payload_for_mtu(mtu: usize, cap: usize) -> usize {
         .min(MAX_UDP_PAYLOAD_V4)
 }
 
-/// `ENOBUFS` on Linux: the device queue is full; treated like `WouldBlock`.
-const ENOBUFS: i32 = 105;
-
 /// Configuration of a [`KernelUdp`] socket.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KernelUdpConfig {
@@ -701,10 +698,6 @@ fn gso_refused(e: &io::Error) -> bool {
     matches!(e.raw_os_error(), Some(nix::libc::EIO | nix::libc::EINVAL))
 }
 
-fn is_backpressure(e: &io::Error) -> bool {
-    e.kind() == io::ErrorKind::WouldBlock || e.raw_os_error() == Some(ENOBUFS)
-}
-
 impl PacketIo for KernelUdp {
     type Buf = KernelDatagram;
 
@@ -834,7 +827,14 @@ impl PacketIo for KernelUdp {
                 }
                 // Nothing taken and no error: the rest waits for the next burst.
                 Ok(_) => break,
-                Err(e) if is_backpressure(&e) => break,
+                // The socket buffer is full: the rest waits. (ENOBUFS is
+                // not this: the device dropped the datagram, and since we
+                // ask for errors (IP_RECVERR) the kernel says so. A device
+                // that always drops it, such as a veth whose far end is
+                // too narrow for it, would wedge every datagram behind it
+                // if it were retried; it is dropped below, and QUIC
+                // recovers the loss.)
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(_) if retried_at != Some(i) && self.read_error_queue() > 0 => {
                     retried_at = Some(i);
                 }
