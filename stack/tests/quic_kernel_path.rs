@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use stack::io::kernel::{KernelDatagram, KernelUdp, KernelUdpConfig};
 use stack::io::PacketIo;
 use stack::quic::perf::{ClientStream, PerfServer, MODE_DISCARD, MODE_ECHO, MODE_SOURCE};
-use stack::quic::{ConnHandle, ConnStats, Endpoint, Event, QuicConfig};
+use stack::quic::{CloseReason, ConnHandle, ConnStats, Endpoint, Event, QuicConfig};
 
 /// Both ends allow 32 KiB datagrams, as ainftp-perf's server does when it
 /// binds before any peer is known (loopback carries them), and say so in
@@ -108,17 +108,32 @@ impl RoutedPath {
 
     /// Kernel UDP sockets at each end (client, server).
     fn sockets(&self) -> (KernelUdp, KernelUdp) {
+        self.sockets_with(big_socket())
+    }
+
+    /// The same without GSO, for tests that need each datagram to meet the
+    /// router on its own: a GSO batch crosses the veth whole, and a router
+    /// too narrow for its segments drops all of them, the small last one
+    /// too (a NIC would have cut the batch up before the wire).
+    fn unbatched_sockets(&self) -> (KernelUdp, KernelUdp) {
+        self.sockets_with(KernelUdpConfig {
+            gso: false,
+            ..big_socket()
+        })
+    }
+
+    fn sockets_with(&self, cfg: KernelUdpConfig) -> (KernelUdp, KernelUdp) {
         let n = self.name;
         (
             bind_in(
                 &format!("{n}a"),
                 SocketAddrV4::new(self.client_ip(), 0),
-                big_socket(),
+                cfg.clone(),
             ),
             bind_in(
                 &format!("{n}b"),
                 SocketAddrV4::new(self.server_ip(), 0),
-                big_socket(),
+                cfg,
             ),
         )
     }
@@ -220,6 +235,10 @@ struct Ends {
     server: Endpoint<KernelDatagram>,
     server_io: KernelUdp,
     perf: PerfServer,
+    /// Datagrams a socket could not take yet (backpressure), kept for the
+    /// next round as the endpoints' other callers do.
+    client_tx: Vec<KernelDatagram>,
+    server_tx: Vec<KernelDatagram>,
 }
 
 impl Ends {
@@ -243,6 +262,8 @@ impl Ends {
             server: Endpoint::server(node("server"), 0, BIG).unwrap(),
             server_io,
             perf: PerfServer::new(),
+            client_tx: Vec::new(),
+            server_tx: Vec::new(),
         }
     }
 
@@ -269,9 +290,7 @@ impl Ends {
     /// One round of both endpoints and the perf server; whether anything
     /// moved.
     fn drive(&mut self) -> bool {
-        let (mut stx, mut ctx) = (Vec::new(), Vec::new());
-        let moved = self.server.drive(&mut self.server_io, &mut stx)
-            + self.client.drive(&mut self.client_io, &mut ctx);
+        let moved = self.drive_endpoints();
         self.perf.poll(&mut self.server);
         while let Some(e) = self.client.poll_event() {
             if let Event::Closed { reason, .. } = e {
@@ -282,6 +301,12 @@ impl Ends {
             std::thread::sleep(Duration::from_micros(50));
         }
         moved > 0
+    }
+
+    /// One round of both endpoints alone; how many datagrams moved.
+    fn drive_endpoints(&mut self) -> usize {
+        self.server.drive(&mut self.server_io, &mut self.server_tx)
+            + self.client.drive(&mut self.client_io, &mut self.client_tx)
     }
 
     /// Both ends run for `d` (acknowledgements settle).
@@ -596,4 +621,136 @@ fn a_connection_checks_its_path_size_again_when_the_path_narrows() {
     );
     let size = ends.served().max_datagram;
     assert_eq!(size, NARROW_PAYLOAD, "found again: {size}");
+}
+
+/// Without path MTU discovery nothing can shrink a connection's packets
+/// to what the path carries. A 1280-byte router that drops bigger packets
+/// without a word loses every one the server sends at its 1472 bytes,
+/// while the client's small acknowledgements and keepalives get through,
+/// so the peer is heard from and the idle timer never runs out. The
+/// server must end the connection as stalled after its idle timeout, not
+/// retransmit forever.
+#[test]
+fn a_connection_whose_packets_never_arrive_ends_as_stalled_though_its_peer_is_heard() {
+    let path = RoutedPath::up("ainfst", 63, 1280);
+    path.filter_icmp();
+    let idle = Duration::from_secs(3);
+    let mut ends = Ends::new(path.unbatched_sockets(), "stalled", |c| QuicConfig {
+        discover_pmtu: false,
+        idle_timeout: idle,
+        ..c
+    });
+    let conn = ends.connect();
+    let id = ends.client.open_bidi(conn).unwrap();
+    let mut stream = ClientStream::new(id, MODE_SOURCE, 4 << 20);
+    let mut scratch = vec![0u8; 64 << 10];
+    let started = Instant::now();
+    let (mut server_end, mut client_end) = (None, None);
+    while server_end.is_none() || client_end.is_none() {
+        assert!(
+            started.elapsed() < idle * 4,
+            "no end after {:?}: server {server_end:?}, client {client_end:?}, server {:?}",
+            started.elapsed(),
+            ends.server.stats()
+        );
+        let moved = ends.drive_endpoints();
+        ends.perf.poll(&mut ends.server);
+        if client_end.is_none() {
+            stream.poll(&mut ends.client, conn, &mut scratch);
+        }
+        if let Some(Event::Closed { reason, .. }) = ends.perf.closed.pop() {
+            server_end = Some((reason, started.elapsed()));
+        }
+        while let Some(e) = ends.client.poll_event() {
+            if let Event::Closed { reason, .. } = e {
+                client_end = Some((reason, started.elapsed()));
+            }
+        }
+        if moved == 0 {
+            std::thread::sleep(Duration::from_micros(50));
+        }
+    }
+    assert!(stream.bytes() < 4 << 20, "the download cannot finish");
+    let (reason, after) = server_end.unwrap();
+    assert!(
+        matches!(reason, CloseReason::Stalled { .. }),
+        "the server's end: {reason}"
+    );
+    assert!(
+        after >= idle && after < idle * 3,
+        "ended {after:?} into the download, with an idle timeout of {idle:?}"
+    );
+    let (client_reason, client_after) = client_end.unwrap();
+    eprintln!("server: {reason} ({after:?}); client: {client_reason} ({client_after:?})");
+    assert!(
+        matches!(client_reason, CloseReason::Peer { app: false, .. }),
+        "the client heard the server's close: {client_reason}"
+    );
+}
+
+/// quiche limited every packet by the congestion window, the one carrying
+/// CONNECTION_CLOSE too. A connection whose window is full of packets the
+/// path lost (here: too big for it, PMTUD off) then sent its close only
+/// with its next probe timeout, seconds away once they back off, and an
+/// application that dropped the connection before that left its peer to
+/// time out (third_party/quiche/PATCHES.md). The server closes after six
+/// probe timeouts; the client must hear it at once.
+#[test]
+fn a_connection_with_a_full_congestion_window_sends_its_close_at_once() {
+    let path = RoutedPath::up("ainfcc", 64, 1280);
+    path.filter_icmp();
+    let mut ends = Ends::new(path.unbatched_sockets(), "closefull", |c| QuicConfig {
+        discover_pmtu: false,
+        ..c
+    });
+    let conn = ends.connect();
+    let id = ends.client.open_bidi(conn).unwrap();
+    let mut stream = ClientStream::new(id, MODE_SOURCE, 4 << 20);
+    let mut scratch = vec![0u8; 64 << 10];
+    let started = Instant::now();
+    // The server's probe timeouts so far (none before it has the connection).
+    let probe_timeouts = |ends: &mut Ends| {
+        let Some(&served) = ends.perf.connections().first() else {
+            return 0;
+        };
+        let q = ends.server.connection_mut(served).unwrap();
+        q.path_stats().find(|p| p.active).unwrap().total_pto_count
+    };
+    let mut closed_at = None;
+    loop {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "no close in 20 s: closed {:?} ago; server {:?}; client {:?}",
+            closed_at.map(|t: Instant| t.elapsed()),
+            ends.server.stats(),
+            ends.client.stats()
+        );
+        let moved = ends.drive_endpoints();
+        ends.perf.poll(&mut ends.server);
+        stream.poll(&mut ends.client, conn, &mut scratch);
+        if closed_at.is_none() && probe_timeouts(&mut ends) >= 6 {
+            let served = ends.perf.connections()[0];
+            ends.server.close(served, 7, b"done here").unwrap();
+            closed_at = Some(Instant::now());
+        }
+        if let Some(Event::Closed { reason, .. }) = ends.client.poll_event() {
+            let after = closed_at.map(|t| t.elapsed());
+            eprintln!("client: {reason}, {after:?} after the server closed");
+            assert_eq!(
+                reason,
+                CloseReason::Peer {
+                    app: true,
+                    code: 7,
+                    reason: b"done here".to_vec()
+                }
+            );
+            let after = after.expect("closed after the server's close");
+            assert!(after < Duration::from_millis(300), "heard {after:?} after");
+            break;
+        }
+        if moved == 0 {
+            std::thread::sleep(Duration::from_micros(50));
+        }
+    }
+    assert!(stream.bytes() < 4 << 20, "the download could not finish");
 }

@@ -50,6 +50,9 @@ pub struct QuicConfig {
     /// DF and ICMP "fragmentation needed" is often filtered, so without
     /// it such a path black-holes a connection after its handshake.
     pub discover_pmtu: bool,
+    /// A connection ends when nothing arrives from its peer for this long,
+    /// and also when nothing it sends is acknowledged for this long though
+    /// the peer is heard (see `quic::stall`). Zero: never.
     pub idle_timeout: Duration,
     /// An established connection that has sent nothing for this long sends
     /// a PING. A peer that only receives, with nothing of its own in

@@ -15,10 +15,10 @@ use quiche::ConnectionId;
 use rand::SeedableRng;
 use tracing::{debug, info, warn};
 
-use super::blackhole::{self, BlackholeWatch};
 use super::cid::{new_cid, CID_LEN};
 use super::config::{QuicConfig, Trust};
 use super::shared_buf::{SharedBuf, SharedBufFactory};
+use super::stall::{self, Delivery, StallWatch};
 use super::token::TokenKey;
 use super::QuicError;
 use crate::io::impair::DelayQueue;
@@ -62,6 +62,10 @@ pub enum CloseReason {
     },
     /// No packet from the peer within the idle timeout.
     IdleTimeout,
+    /// Closed here: no progress for the idle timeout (counted from the
+    /// first probe timeout; less of what we sent was acknowledged than
+    /// lost), though the peer may still be heard. See `stall`.
+    Stalled { for_ms: u64 },
     /// Refused here: the peer did not prove cluster membership.
     Refused(&'static str),
 }
@@ -136,6 +140,11 @@ impl std::fmt::Display for CloseReason {
             CloseReason::IdleTimeout => {
                 f.write_str("no packet from the peer within the idle timeout")
             }
+            CloseReason::Stalled { for_ms } => write!(
+                f,
+                "no progress for {for_ms} ms: what was sent was lost, not acknowledged (a path \
+                 that drops our packets, too big for it with path MTU discovery off?)"
+            ),
             CloseReason::Refused(why) => write!(f, "refused: {why}"),
         }
     }
@@ -183,8 +192,11 @@ pub struct EndpointStats {
     /// `CLOSE_DATAGRAMS`): dropped, the peer times out.
     pub closes_unsent: u64,
     /// Connections that stalled at their discovered path size and had it
-    /// checked again (see `blackhole`).
+    /// checked again (see `stall`).
     pub pmtu_rechecks: u64,
+    /// Connections closed here after a stall as long as the idle timeout
+    /// (see `stall`).
+    pub stalls: u64,
     /// PINGs sent by connections that had sent nothing for
     /// `QuicConfig::keepalive`.
     pub keepalives: u64,
@@ -223,7 +235,9 @@ struct Conn {
     /// After `close`: datagrams it may still send before its close frame
     /// is out (see `CLOSE_DATAGRAMS`).
     close_budget: Option<u8>,
-    blackhole: BlackholeWatch,
+    stall: StallWatch,
+    /// Set when the endpoint closed the connection for a stall: for how long.
+    stalled_for: Option<Duration>,
     /// When the connection last sent a datagram (see `QuicConfig::keepalive`).
     last_sent: Instant,
 }
@@ -449,7 +463,8 @@ impl<B: Datagram> Endpoint<B> {
                 cids: vec![key],
                 refused: None,
                 close_budget: None,
-                blackhole: BlackholeWatch::default(),
+                stall: StallWatch::default(),
+                stalled_for: None,
                 last_sent: Instant::now(),
             },
         );
@@ -662,6 +677,10 @@ impl<B: Datagram> Endpoint<B> {
         }
         let reason = if let Some(why) = c.refused {
             CloseReason::Refused(why)
+        } else if let Some(d) = c.stalled_for {
+            CloseReason::Stalled {
+                for_ms: d.as_millis() as u64,
+            }
         } else if let Some(e) = c.q.peer_error() {
             CloseReason::Peer {
                 app: e.is_app,
@@ -695,6 +714,7 @@ impl<B: Datagram> Endpoint<B> {
     /// and their keepalives.
     pub fn on_timers(&mut self, now: Instant) {
         let keepalive = self.config.keepalive;
+        let stall_limit = self.stall_limit();
         let mut due = std::mem::take(&mut self.scratch);
         for (&h, c) in self.conns.iter_mut() {
             let ping = keepalive.and_then(|every| keepalive_due(c, every));
@@ -705,6 +725,10 @@ impl<B: Datagram> Endpoint<B> {
                 }
                 c.last_sent = now;
             }
+            let give_up = stall_limit.and_then(|limit| stall_deadline(c, limit));
+            if give_up.is_some_and(|t| t <= now) && end_if_stalled(h, c, now) {
+                self.stats.stalls += 1;
+            }
             if c.q.timeout_instant().is_some_and(|t| t <= now) {
                 due.push(h);
             }
@@ -712,7 +736,7 @@ impl<B: Datagram> Endpoint<B> {
         for &h in &due {
             if let Some(c) = self.conns.get_mut(&h) {
                 c.q.on_timeout();
-                if recheck_path_size(h, c) {
+                if recheck_path_size(h, c, now) {
                     self.stats.pmtu_rechecks += 1;
                 }
             }
@@ -722,9 +746,16 @@ impl<B: Datagram> Endpoint<B> {
         self.scratch = due;
     }
 
+    /// How long a connection may stall before it is closed: the idle
+    /// timeout, when there is one (see `stall`).
+    fn stall_limit(&self) -> Option<Duration> {
+        Some(self.config.idle_timeout).filter(|t| !t.is_zero())
+    }
+
     /// The earliest time `on_timers` or paced sending has work.
     pub fn next_timeout(&self) -> Option<Instant> {
         let keepalive = self.config.keepalive;
+        let stall_limit = self.stall_limit();
         let conns = self
             .conns
             .values()
@@ -732,6 +763,7 @@ impl<B: Datagram> Endpoint<B> {
                 [
                     c.q.timeout_instant(),
                     keepalive.and_then(|k| keepalive_due(c, k)),
+                    stall_limit.and_then(|limit| stall_deadline(c, limit)),
                 ]
             })
             .flatten()
@@ -980,6 +1012,15 @@ impl<B: Datagram> Endpoint<B> {
         }
     }
 
+    /// Since when the connection has made no progress (less of what it
+    /// sent acknowledged than lost), counted from its first probe timeout
+    /// without progress; `None` while it makes progress (or has nothing in
+    /// flight). See `stall`.
+    pub fn stalled_since(&self, h: ConnHandle) -> Option<Instant> {
+        let c = self.conns.get(&h.0)?;
+        c.stall.stalled_since(delivery(&c.q))
+    }
+
     pub fn conn_stats(&mut self, h: ConnHandle) -> Result<ConnStats, QuicError> {
         let q = &self.conn(h)?.q;
         let s = q.stats();
@@ -1020,19 +1061,61 @@ fn owned_initial(hdr: &quiche::Header) -> OwnedInitial {
     }
 }
 
-/// After a connection's timers ran: if it has stalled (see `blackhole`),
-/// check its path size again. Returns whether it did.
-fn recheck_path_size(h: u64, c: &mut Conn) -> bool {
-    let acked = c.q.stats().acked_bytes;
+/// What a connection has had acknowledged and lost, and its active path's
+/// probe timeouts: what `StallWatch` measures progress by.
+fn progress(c: &Conn) -> (Delivery, usize) {
     let ptos =
         c.q.path_stats()
             .find(|p| p.active)
             .map_or(0, |p| p.total_pto_count);
-    if !c.blackhole.stalled(acked, ptos) {
+    (delivery(&c.q), ptos)
+}
+
+fn delivery(q: &Connection) -> Delivery {
+    let s = q.stats();
+    Delivery {
+        acked: s.acked_bytes,
+        lost: s.lost_bytes,
+    }
+}
+
+/// After a connection's timers ran: if it has stalled (see `stall`),
+/// check its path size again. Returns whether it did.
+fn recheck_path_size(h: u64, c: &mut Conn, now: Instant) -> bool {
+    let (delivered, ptos) = progress(c);
+    if !c.stall.observe(delivered, ptos, now) {
         return false;
     }
-    info!(conn = h, peer = %c.peer, ptos, "no progress over {} probe timeouts: checking the path's size again", blackhole::PTOS);
+    info!(conn = h, peer = %c.peer, ptos, "no progress over {} probe timeouts: checking the path's size again", stall::PTOS);
     c.q.revalidate_pmtu();
+    true
+}
+
+/// When a connection not already closing has been stalled for `limit`,
+/// as of its last timers.
+fn stall_deadline(c: &Conn, limit: Duration) -> Option<Instant> {
+    if c.close_budget.is_some() || c.q.is_draining() || c.q.is_closed() {
+        return None;
+    }
+    c.stall.started().map(|t| t + limit)
+}
+
+/// At a connection's stall deadline: closes it if it has made no progress
+/// since the stall began (quiche would retransmit forever while the
+/// peer's own packets keep its idle timer going). Returns whether it did.
+fn end_if_stalled(h: u64, c: &mut Conn, now: Instant) -> bool {
+    let (delivered, ptos) = progress(c);
+    // Takes in acknowledgements since the last timers (they end the stall).
+    c.stall.observe(delivered, ptos, now);
+    let Some(since) = c.stall.stalled_since(delivered) else {
+        return false;
+    };
+    let stalled_for = now.saturating_duration_since(since);
+    warn!(conn = h, peer = %c.peer, ?stalled_for, ptos, "closing: no progress, what we send is lost (a path that drops our packets?)");
+    c.stalled_for = Some(stalled_for);
+    c.close_budget.get_or_insert(CLOSE_DATAGRAMS);
+    // NO_ERROR: the transport's codes name protocol faults, not this.
+    let _ = c.q.close(false, 0x0, b"stalled: no progress");
     true
 }
 

@@ -7,7 +7,6 @@
 //! The same endpoint runs over DPDK ports, kernel UDP sockets and the
 //! in-memory impaired network, so everything above is tested on all three.
 
-pub mod blackhole;
 pub mod certs;
 pub mod cid;
 pub mod config;
@@ -15,6 +14,7 @@ pub mod endpoint;
 pub mod lcore;
 pub mod perf;
 pub mod shared_buf;
+pub mod stall;
 pub mod token;
 
 pub use config::{QuicConfig, Trust, ALPN};

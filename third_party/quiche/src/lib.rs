@@ -4603,12 +4603,19 @@ impl<F: BufFactory> Connection<F> {
             }
         }
 
-        // Limit output packet size by congestion window size.
-        left = cmp::min(
-            left,
-            // Bytes consumed by ACK frames.
-            cwnd_available.saturating_sub(left_before_packing_ack_frame - left),
-        );
+        // Limit output packet size by congestion window size. Not for a
+        // closing connection: its packets carry only the CONNECTION_CLOSE,
+        // and with a full window (data in flight that will never be
+        // acknowledged) the close would wait for a probe timeout, or never
+        // go out at all if the application drops the connection first.
+        if !is_closing {
+            left = cmp::min(
+                left,
+                // Bytes consumed by ACK frames.
+                cwnd_available
+                    .saturating_sub(left_before_packing_ack_frame - left),
+            );
+        }
 
         let mut challenge_data = None;
 
