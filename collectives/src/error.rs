@@ -75,6 +75,13 @@ pub enum Error {
         waited_ms: u64,
         seq: u32,
     },
+    #[error("rank {rank} ({addr}) acknowledged nothing this rank sent it for {waited_ms} ms during collective {seq}, though its own packets may arrive: the path drops ours (datagrams too big for it, with path MTU discovery off?)")]
+    PeerStalled {
+        rank: usize,
+        addr: String,
+        waited_ms: u64,
+        seq: u32,
+    },
     #[error("connection to rank {rank} ({addr}) closed: {reason}")]
     PeerClosed {
         rank: usize,
@@ -120,6 +127,7 @@ impl Error {
     pub fn peer_at_fault(&self) -> Option<usize> {
         match self {
             Error::PeerTimeout { rank, .. }
+            | Error::PeerStalled { rank, .. }
             | Error::PeerClosed { rank, .. }
             | Error::PeerGone { rank, .. }
             | Error::PeerLost { rank, .. } => Some(*rank),

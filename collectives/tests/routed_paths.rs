@@ -1,10 +1,14 @@
-//! Two ranks over kernel UDP with a router between them that is rank 0's
-//! NAT (network namespaces, nftables). The NAT rebinds rank 0 to another
-//! outside port while the ranks run all-reduces, as a NAT does when it
-//! restarts or a mapping expires: QUIC follows rank 0 there, and so must
-//! the communicator's view of it. Packets rank 1 still sends to the old
-//! port draw ICMP port unreachable from rank 0's host, which must not be
-//! taken for rank 0's death.
+//! Two ranks over kernel UDP with a router between them (network
+//! namespaces, nftables).
+//!
+//! - The router is rank 0's NAT, and rebinds it to another outside port
+//!   while the ranks run all-reduces, as a NAT does when it restarts or a
+//!   mapping expires: QUIC follows rank 0 there, and so must the
+//!   communicator's view of it. Packets rank 1 still sends to the old
+//!   port draw ICMP port unreachable from rank 0's host, which must not
+//!   be taken for rank 0's death.
+//! - The router drops big packets without a word: a collective that
+//!   cannot move its data must fail, not wait forever.
 
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::process::Command;
@@ -12,7 +16,7 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use collectives::driver::{Communicator, DriverConfig, RankEnv};
-use collectives::ReduceOp;
+use collectives::{Error, ReduceOp};
 
 const RANK0: Ipv4Addr = Ipv4Addr::new(10, 67, 1, 2);
 const RANK1: Ipv4Addr = Ipv4Addr::new(10, 67, 2, 2);
@@ -33,7 +37,9 @@ fn sh(cmd: &str) {
 }
 
 /// Namespaces `{name}a` (rank 0), `{name}r` (the router, rank 0's NAT)
-/// and `{name}b` (rank 1); removed on drop.
+/// and `{name}b` (rank 1); removed on drop. The ranks' veths segment UDP
+/// GSO sends themselves, as a NIC does before the wire, so the router's
+/// rules see each datagram, not a batch.
 struct Net {
     name: &'static str,
 }
@@ -50,9 +56,11 @@ impl Net {
              ip link add {n}b0 netns {n}b type veth peer name {n}r1 netns {n}r
              ip -n {n}a addr add {RANK0}/24 dev {n}a0
              ip -n {n}a link set {n}a0 up
+             ip netns exec {n}a ethtool -K {n}a0 tx-udp-segmentation off
              ip -n {n}a route add default via 10.67.1.1
              ip -n {n}b addr add {RANK1}/24 dev {n}b0
              ip -n {n}b link set {n}b0 up
+             ip netns exec {n}b ethtool -K {n}b0 tx-udp-segmentation off
              ip -n {n}b route add default via 10.67.2.1
              ip -n {n}r addr add 10.67.1.1/24 dev {n}r0
              ip -n {n}r addr add 10.67.2.1/24 dev {n}r1
@@ -80,6 +88,37 @@ table ip nat {{
 EOF",
             self.name
         ));
+    }
+
+    /// The router drops (and counts) every UDP datagram from `from`
+    /// longer than `bytes` (header included), and says nothing.
+    fn drop_udp_longer_than(&self, from: Ipv4Addr, bytes: u16) {
+        sh(&format!(
+            "ip netns exec {}r nft -f - <<'EOF'
+table ip filter {{
+    chain forward {{
+        type filter hook forward priority 0;
+        ip saddr {from} udp length > {bytes} counter drop
+    }}
+}}
+EOF",
+            self.name
+        ));
+    }
+
+    /// What `drop_udp_longer_than` dropped.
+    fn dropped(&self) -> u64 {
+        let out = Command::new("ip")
+            .args(["netns", "exec", &format!("{}r", self.name)])
+            .args(["nft", "list", "table", "ip", "filter"])
+            .output()
+            .unwrap();
+        let out = String::from_utf8_lossy(&out.stdout);
+        out.split_whitespace()
+            .skip_while(|w| *w != "packets")
+            .nth(1)
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0)
     }
 
     fn down(&self) {
@@ -260,5 +299,79 @@ fn with_liveness_links_a_moved_rank_may_compute_for_long() {
             hold: Duration::from_millis(2500),
             big_datagrams: false,
         },
+    );
+}
+
+/// Ranks whose path MTU discovery is off send the 1472-byte packets their
+/// 1500-byte links carry, and the router drops everything over 1300 bytes
+/// that rank 0 sends (a tunnel on the way out whose ICMP is filtered).
+/// Rank 1's packets all arrive, so rank 0 keeps hearing it; only rank 0's
+/// data never arrives, and nothing it sends is acknowledged. Rank 0 must
+/// fail the all-reduce within about its timeout, naming the stall, and
+/// rank 1 (whose own timeout is longer) must hear of it, instead of both
+/// waiting for ever.
+#[test]
+fn a_collective_whose_packets_the_path_drops_fails_instead_of_waiting() {
+    let net = Net::up("ainfcs");
+    net.drop_udp_longer_than(RANK0, 1300);
+    let timeouts = [Duration::from_secs(3), Duration::from_secs(20)];
+    let started = std::time::Instant::now();
+    let (done, ended) = mpsc::channel();
+    for rank in 0..2 {
+        let done = done.clone();
+        std::thread::spawn(move || {
+            let ns = ["ainfcsa", "ainfcsb"][rank];
+            let f = std::fs::File::open(format!("/run/netns/{ns}")).unwrap();
+            nix::sched::setns(&f, nix::sched::CloneFlags::CLONE_NEWNET).unwrap();
+            let peers = vec![
+                SocketAddrV4::new(RANK0, PORT0),
+                SocketAddrV4::new(RANK1, PORT1),
+            ];
+            let mut cfg = DriverConfig {
+                timeout: timeouts[rank],
+                ..DriverConfig::default()
+            };
+            cfg.quic.discover_pmtu = false;
+            let mut c = Communicator::new(rank, 2, peers, cfg).unwrap();
+            let mut buf: Vec<f32> = (0..COUNT).map(|i| value(rank, i)).collect();
+            let result = c.all_reduce(&mut buf, ReduceOp::Sum);
+            done.send((rank, result, started.elapsed())).unwrap();
+        });
+    }
+    let mut ends = [None, None];
+    for _ in 0..2 {
+        let (rank, result, after) = ended
+            .recv_timeout(Duration::from_secs(30))
+            .unwrap_or_else(|_| panic!("still waiting after 30 s: {ends:?}"));
+        eprintln!("rank {rank} after {after:?}: {result:?}");
+        ends[rank] = Some((result, after));
+    }
+    assert!(net.dropped() > 0, "the router dropped rank 0's big packets");
+    let [Some((end0, after0)), Some((end1, after1))] = ends else {
+        unreachable!()
+    };
+    assert!(
+        matches!(end0, Err(Error::PeerStalled { rank: 1, .. })),
+        "rank 0: {end0:?}"
+    );
+    assert!(
+        after0 >= timeouts[0] && after0 < timeouts[0] * 2,
+        "rank 0 failed after {after0:?}, its timeout is {:?}",
+        timeouts[0]
+    );
+    assert!(
+        matches!(
+            end1,
+            Err(Error::PeerLeft {
+                rank: 0,
+                failed: true,
+                ..
+            } | Error::PeerClosed { rank: 0, .. })
+        ),
+        "rank 1: {end1:?}"
+    );
+    assert!(
+        after1 < after0 + Duration::from_secs(2),
+        "rank 1 heard of rank 0's failure at once: {after1:?}"
     );
 }

@@ -650,26 +650,37 @@ impl<B: Backend> Communicator<B> {
 
     /// Pings every peer each quarter timeout; a peer silent for a whole
     /// timeout fails the collective (QUIC acknowledges pings, so live
-    /// peers are never silent that long while they run the loop).
+    /// peers are never silent that long while they run the loop), and so
+    /// does one that acknowledged nothing we sent it for that long though
+    /// it is heard (a path that drops our packets: nothing else would
+    /// ever end the wait).
     fn check_liveness(&mut self, now: Instant) -> Result<()> {
         if now < self.clock.next_ping {
             return Ok(());
         }
         self.clock.next_ping = now + self.cfg.timeout / 4;
         self.mesh.ping_all();
-        let silent = (0..self.world)
-            .filter(|&r| r != self.rank)
-            .map(|r| (r, now.saturating_duration_since(self.mesh.last_heard(r))))
-            .max_by_key(|&(_, d)| d);
+        let (me, mesh) = (self.rank, &self.mesh);
+        let peers = || (0..self.world).filter(move |&r| r != me);
+        let seq = self.engine.seq();
+        let timeout = self.cfg.timeout;
+        let silent = longest_overdue(peers(), |r| Some(mesh.last_heard(r)), now, timeout);
         if let Some((rank, waited)) = silent {
-            if waited >= self.cfg.timeout {
-                return Err(Error::PeerTimeout {
-                    rank,
-                    addr: self.mesh.addr_of(rank).to_string(),
-                    waited_ms: waited.as_millis() as u64,
-                    seq: self.engine.seq(),
-                });
-            }
+            return Err(Error::PeerTimeout {
+                rank,
+                addr: self.mesh.addr_of(rank).to_string(),
+                waited_ms: waited.as_millis() as u64,
+                seq,
+            });
+        }
+        let stalled = longest_overdue(peers(), |r| mesh.stalled_since(r), now, timeout);
+        if let Some((rank, waited)) = stalled {
+            return Err(Error::PeerStalled {
+                rank,
+                addr: self.mesh.addr_of(rank).to_string(),
+                waited_ms: waited.as_millis() as u64,
+                seq,
+            });
         }
         Ok(())
     }
@@ -684,6 +695,20 @@ impl<B: Backend> Communicator<B> {
         }
         e
     }
+}
+
+/// Of `peers`, the one whose `since` lies longest before `now`, if that is
+/// `timeout` or more ago.
+fn longest_overdue(
+    peers: impl Iterator<Item = usize>,
+    since: impl Fn(usize) -> Option<Instant>,
+    now: Instant,
+    timeout: Duration,
+) -> Option<(usize, Duration)> {
+    peers
+        .filter_map(|r| Some((r, now.saturating_duration_since(since(r)?))))
+        .max_by_key(|&(_, d)| d)
+        .filter(|&(_, d)| d >= timeout)
 }
 
 impl<B: Backend> Drop for Communicator<B> {

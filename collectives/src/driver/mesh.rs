@@ -148,6 +148,9 @@ pub struct Mesh<B: Backend> {
     peers: Vec<SocketAddrV4>,
     /// When each rank was last heard from (any packet).
     last_heard: Vec<Instant>,
+    /// When the running collective started (`reset_liveness`): stalls
+    /// count from here at the earliest.
+    liveness_from: Instant,
     /// Ranks that said goodbye, in the order they did.
     departed: Vec<(usize, Goodbye)>,
     /// Ranks whose address was found closed, with when, in that order.
@@ -221,6 +224,7 @@ impl<B: Backend> Mesh<B> {
             rr: vec![0; world],
             peers,
             last_heard: vec![Instant::now(); world],
+            liveness_from: Instant::now(),
             departed: Vec::new(),
             closed: Vec::new(),
             last_datagram: vec![None; world],
@@ -365,6 +369,19 @@ impl<B: Backend> Mesh<B> {
         self.last_heard[rank]
     }
 
+    /// Since when one of the connections to `rank` has had nothing it sent
+    /// acknowledged (the earliest such), though `rank` may still be heard:
+    /// a path that drops our packets (QUIC's stall, see `stack::quic::stall`).
+    /// Counted from the start of the running collective at the earliest;
+    /// `None` while every connection to it makes progress.
+    pub fn stalled_since(&self, rank: usize) -> Option<Instant> {
+        self.peer_links[rank]
+            .iter()
+            .filter_map(|&i| self.ep.stalled_since(self.links[i].conn))
+            .min()
+            .map(|t| t.max(self.liveness_from))
+    }
+
     /// Ranks whose address was found closed and that have sent nothing
     /// in the `CLOSED_GRACE` since: their process is gone (a crashed peer
     /// never sends again; one that had not bound yet, a firewall's passing
@@ -430,6 +447,7 @@ impl<B: Backend> Mesh<B> {
     /// silence between collectives is not a failure).
     pub fn reset_liveness(&mut self) {
         let now = Instant::now();
+        self.liveness_from = now;
         for t in &mut self.last_heard {
             *t = (*t).max(now);
         }

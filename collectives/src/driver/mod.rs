@@ -36,7 +36,10 @@
 //! * **Liveness.** During a collective every peer is pinged (QUIC
 //!   ack-eliciting frames) each `timeout / 4`; a peer not heard from for
 //!   `timeout` fails the collective with [`Error::PeerTimeout`] naming
-//!   it, and a closed connection with [`Error::PeerClosed`]. A rank that
+//!   it, one that acknowledged nothing sent to it for `timeout` though
+//!   it is heard (a path that drops our packets) with
+//!   [`Error::PeerStalled`], and a closed connection with
+//!   [`Error::PeerClosed`]. A rank that
 //!   shuts down (or drops its communicator) first sends a goodbye frame
 //!   naming how many collectives it completed; a peer in a later one
 //!   fails at once with [`Error::PeerLeft`] (uneven iteration counts are
@@ -63,6 +66,7 @@
 //!   and idle sleeps, plus the engine's.
 //!
 //! [`Error::PeerTimeout`]: crate::Error::PeerTimeout
+//! [`Error::PeerStalled`]: crate::Error::PeerStalled
 //! [`Error::PeerClosed`]: crate::Error::PeerClosed
 //! [`Error::PeerLeft`]: crate::Error::PeerLeft
 //! [`Error::PeerGone`]: crate::Error::PeerGone
