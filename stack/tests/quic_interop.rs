@@ -300,7 +300,9 @@ fn handshakes_complete_over_a_real_link_that_drops_20_percent() {
     eprintln!("handshakeloss: dropped {from_us} from us and {to_us} to us: {line}");
     assert!(ok, "ten handshakes and echoes through 20% loss: {line}");
     assert!(line.contains("\"connections\": 10"), "{line}");
-    assert!(from_us > 5 && to_us > 5, "{from_us} {to_us}");
+    // About 14 expected each way (20% of some 70 datagrams); more than 2
+    // fails about once in 25,000 runs (more than 5: about once in 270).
+    assert!(from_us > 2 && to_us > 2, "{from_us} {to_us}");
     let (_, apps) = finish_clean(running);
     let stats = apps[0].endpoint.stats();
     assert!(stats.accepted >= 10, "{stats:?}");
@@ -339,7 +341,8 @@ fn handshakes_complete_over_a_real_link_that_corrupts_20_percent() {
         "ten handshakes and echoes through 20% corruption: {line}"
     );
     assert!(line.contains("\"connections\": 10"), "{line}");
-    assert!(t.impair_corrupted > 5 && to_us > 5, "{t:?} {to_us}");
+    // nftables' share is random: see the loss test above for the bound.
+    assert!(t.impair_corrupted > 5 && to_us > 2, "{t:?} {to_us}");
 }
 
 /// The interop-runner's reordering, duplication, transfercorruption and
