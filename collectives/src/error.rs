@@ -75,7 +75,7 @@ pub enum Error {
         waited_ms: u64,
         seq: u32,
     },
-    #[error("rank {rank} ({addr}) acknowledged nothing this rank sent it for {waited_ms} ms during collective {seq}, though its own packets may arrive: the path drops ours (datagrams too big for it, with path MTU discovery off?)")]
+    #[error("what this rank sent to rank {rank} ({addr}) has been lost, not acknowledged, for {waited_ms} ms during collective {seq}, though rank {rank}'s own packets may arrive: the path drops this rank's packets (datagrams too big for it, with path MTU discovery off?)")]
     PeerStalled {
         rank: usize,
         addr: String,

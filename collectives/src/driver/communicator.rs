@@ -651,9 +651,9 @@ impl<B: Backend> Communicator<B> {
     /// Pings every peer each quarter timeout; a peer silent for a whole
     /// timeout fails the collective (QUIC acknowledges pings, so live
     /// peers are never silent that long while they run the loop), and so
-    /// does one that acknowledged nothing we sent it for that long though
-    /// it is heard (a path that drops our packets: nothing else would
-    /// ever end the wait).
+    /// does one to which what we send has been lost, not acknowledged,
+    /// for that long though it is heard (a path that drops our packets:
+    /// nothing else would ever end the wait).
     fn check_liveness(&mut self, now: Instant) -> Result<()> {
         if now < self.clock.next_ping {
             return Ok(());

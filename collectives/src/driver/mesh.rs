@@ -369,9 +369,10 @@ impl<B: Backend> Mesh<B> {
         self.last_heard[rank]
     }
 
-    /// Since when one of the connections to `rank` has had nothing it sent
-    /// acknowledged (the earliest such), though `rank` may still be heard:
-    /// a path that drops our packets (QUIC's stall, see `stack::quic::stall`).
+    /// Since when one of the connections to `rank` has made no progress
+    /// (the earliest such: what it sends is lost, not acknowledged),
+    /// though `rank` may still be heard: a path that drops our packets
+    /// (QUIC's stall, see `stack::quic::stall`).
     /// Counted from the start of the running collective at the earliest;
     /// `None` while every connection to it makes progress.
     pub fn stalled_since(&self, rank: usize) -> Option<Instant> {

@@ -36,8 +36,8 @@
 //! * **Liveness.** During a collective every peer is pinged (QUIC
 //!   ack-eliciting frames) each `timeout / 4`; a peer not heard from for
 //!   `timeout` fails the collective with [`Error::PeerTimeout`] naming
-//!   it, one that acknowledged nothing sent to it for `timeout` though
-//!   it is heard (a path that drops our packets) with
+//!   it, one that is heard but to which what we send is lost, not
+//!   acknowledged, for `timeout` (a path that drops our packets) with
 //!   [`Error::PeerStalled`], and a closed connection with
 //!   [`Error::PeerClosed`]. A rank that
 //!   shuts down (or drops its communicator) first sends a goodbye frame
