@@ -623,6 +623,30 @@ fn a_connection_checks_its_path_size_again_when_the_path_narrows() {
     assert_eq!(size, NARROW_PAYLOAD, "found again: {size}");
 }
 
+/// A 4 MiB download started through a 1280-byte router that filters its
+/// ICMP, by ends with PMTUD off, the given idle timeout, and sockets
+/// without GSO: every data packet the server sends at its 1472 bytes is
+/// lost, and the small packets of either end arrive. Returns the path
+/// (removed on drop), the ends, the connection and the download's stream.
+fn download_through_a_narrow_router(
+    name: &'static str,
+    net: u8,
+    cluster: &str,
+    idle_timeout: Duration,
+) -> (RoutedPath, Ends, ConnHandle, ClientStream) {
+    let path = RoutedPath::up(name, net, 1280);
+    path.filter_icmp();
+    let mut ends = Ends::new(path.unbatched_sockets(), cluster, |c| QuicConfig {
+        discover_pmtu: false,
+        idle_timeout,
+        ..c
+    });
+    let conn = ends.connect();
+    let id = ends.client.open_bidi(conn).unwrap();
+    let stream = ClientStream::new(id, MODE_SOURCE, 4 << 20);
+    (path, ends, conn, stream)
+}
+
 /// Without path MTU discovery nothing can shrink a connection's packets
 /// to what the path carries. A 1280-byte router that drops bigger packets
 /// without a word loses every one the server sends at its 1472 bytes,
@@ -632,17 +656,9 @@ fn a_connection_checks_its_path_size_again_when_the_path_narrows() {
 /// retransmit forever.
 #[test]
 fn a_connection_whose_packets_never_arrive_ends_as_stalled_though_its_peer_is_heard() {
-    let path = RoutedPath::up("ainfst", 63, 1280);
-    path.filter_icmp();
     let idle = Duration::from_secs(3);
-    let mut ends = Ends::new(path.unbatched_sockets(), "stalled", |c| QuicConfig {
-        discover_pmtu: false,
-        idle_timeout: idle,
-        ..c
-    });
-    let conn = ends.connect();
-    let id = ends.client.open_bidi(conn).unwrap();
-    let mut stream = ClientStream::new(id, MODE_SOURCE, 4 << 20);
+    let (_path, mut ends, conn, mut stream) =
+        download_through_a_narrow_router("ainfst", 63, "stalled", idle);
     let mut scratch = vec![0u8; 64 << 10];
     let started = Instant::now();
     let (mut server_end, mut client_end) = (None, None);
@@ -697,15 +713,8 @@ fn a_connection_whose_packets_never_arrive_ends_as_stalled_though_its_peer_is_he
 /// probe timeouts; the client must hear it at once.
 #[test]
 fn a_connection_with_a_full_congestion_window_sends_its_close_at_once() {
-    let path = RoutedPath::up("ainfcc", 64, 1280);
-    path.filter_icmp();
-    let mut ends = Ends::new(path.unbatched_sockets(), "closefull", |c| QuicConfig {
-        discover_pmtu: false,
-        ..c
-    });
-    let conn = ends.connect();
-    let id = ends.client.open_bidi(conn).unwrap();
-    let mut stream = ClientStream::new(id, MODE_SOURCE, 4 << 20);
+    let (_path, mut ends, conn, mut stream) =
+        download_through_a_narrow_router("ainfcc", 64, "closefull", Duration::from_secs(30));
     let mut scratch = vec![0u8; 64 << 10];
     let started = Instant::now();
     // The server's probe timeouts so far (none before it has the connection).
