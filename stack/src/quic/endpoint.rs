@@ -63,8 +63,8 @@ pub enum CloseReason {
     /// No packet from the peer within the idle timeout.
     IdleTimeout,
     /// Closed here: no progress for the idle timeout (counted from the
-    /// first probe timeout; less of what we sent was acknowledged than
-    /// lost), though the peer may still be heard. See `stall`.
+    /// first probe timeout; what we sent was lost, hardly any of it
+    /// acknowledged), though the peer may still be heard. See `stall`.
     Stalled { for_ms: u64 },
     /// Refused here: the peer did not prove cluster membership.
     Refused(&'static str),
@@ -1012,8 +1012,8 @@ impl<B: Datagram> Endpoint<B> {
         }
     }
 
-    /// Since when the connection has made no progress (less of what it
-    /// sent acknowledged than lost), counted from its first probe timeout
+    /// Since when the connection has made no progress (what it sent was
+    /// lost, hardly any of it acknowledged), counted from its first probe timeout
     /// without progress; `None` while it makes progress (or has nothing in
     /// flight). See `stall`.
     pub fn stalled_since(&self, h: ConnHandle) -> Option<Instant> {

@@ -18,17 +18,23 @@
 //!   endpoint ends a connection stalled for its idle timeout; the
 //!   collectives fail a collective whose peer stalls for their timeout.
 //!
-//! Progress is more acknowledged than lost since the last progress, not
-//! merely something acknowledged: on a path that drops big packets, the
-//! small ones get through (a PING quiche adds to its ACKs now and then
-//! so that the peer acknowledges them), and each of those would
-//! otherwise restart the count while every byte of data is lost.
+//! Progress is at least one byte acknowledged for every `LOST_PER_ACKED`
+//! lost since the last progress, not merely something acknowledged: on a
+//! path that drops big packets, the small ones get through (a PING quiche
+//! adds to its ACKs now and then so that the peer acknowledges them, some
+//! 50 bytes against two lost 1472-byte probes per probe timeout), and
+//! each of those would otherwise restart the count while every byte of
+//! data is lost. A link that loses most but still carries a useful share
+//! (up to 8 in 9 bytes lost) keeps counting as progress.
 
 use std::time::Instant;
 
 /// Probe timeouts without progress before the path size is checked
 /// again: one can be a lost tail, two in a row are a stall.
 pub const PTOS: usize = 2;
+
+/// Bytes lost per byte acknowledged beyond which there is no progress.
+pub const LOST_PER_ACKED: u64 = 8;
 
 /// A connection's byte counts, as quiche keeps them.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -38,10 +44,12 @@ pub struct Delivery {
 }
 
 impl Delivery {
-    /// Whether, since `base`, more was acknowledged than lost.
+    /// Whether, since `base`, something was acknowledged, and at least a
+    /// byte for every `LOST_PER_ACKED` lost.
     fn progressed_since(&self, base: &Delivery) -> bool {
         let acked = self.acked.saturating_sub(base.acked);
-        acked > 0 && acked >= self.lost.saturating_sub(base.lost)
+        let lost = self.lost.saturating_sub(base.lost);
+        acked > 0 && acked.saturating_mul(LOST_PER_ACKED) >= lost
     }
 }
 
@@ -158,6 +166,22 @@ mod tests {
     }
 
     #[test]
+    fn a_link_that_loses_most_but_carries_some_makes_progress() {
+        let now = Instant::now();
+        let mut w = StallWatch::default();
+        // 85% of the bytes lost, round after round, with probe timeouts.
+        for i in 1..20u64 {
+            let d = at(150 * i, 850 * i);
+            w.observe(d, i as usize, now);
+            assert_eq!(w.stalled_since(d), None, "round {i}");
+        }
+        // Then 95% lost: no progress.
+        let d = at(150 * 19 + 50, 850 * 19 + 950);
+        w.observe(d, 20, now);
+        assert_eq!(w.stalled_since(d), Some(now));
+    }
+
+    #[test]
     fn a_stall_dates_from_its_first_probe_timeout_and_ends_with_progress() {
         let t0 = Instant::now();
         let later = |ms| t0 + Duration::from_millis(ms);
@@ -173,7 +197,7 @@ mod tests {
         assert_eq!(
             w.stalled_since(at(6000, 4200)),
             None,
-            "the link came back: more acknowledged since than lost"
+            "the link came back: more acknowledged since than an eighth of what was lost"
         );
         w.observe(at(6000, 4200), 3, later(800));
         assert_eq!(w.stalled_since(at(6000, 4200)), None);
