@@ -51,8 +51,9 @@ pub struct QuicConfig {
     /// it such a path black-holes a connection after its handshake.
     pub discover_pmtu: bool,
     /// A connection ends when nothing arrives from its peer for this long,
-    /// and also when nothing it sends is acknowledged for this long though
-    /// the peer is heard (see `quic::stall`). Zero: never.
+    /// and also when it makes no progress for this long though the peer is
+    /// heard (what it sends is lost, hardly any of it acknowledged; see
+    /// `quic::stall`). Zero: never.
     pub idle_timeout: Duration,
     /// An established connection that has sent nothing for this long sends
     /// a PING. A peer that only receives, with nothing of its own in

@@ -1013,9 +1013,9 @@ impl<B: Datagram> Endpoint<B> {
     }
 
     /// Since when the connection has made no progress (what it sent was
-    /// lost, hardly any of it acknowledged), counted from its first probe timeout
-    /// without progress; `None` while it makes progress (or has nothing in
-    /// flight). See `stall`.
+    /// lost, hardly any of it acknowledged), counted from its first probe
+    /// timeout without progress; `None` while it makes progress (or has
+    /// nothing in flight). See `stall`.
     pub fn stalled_since(&self, h: ConnHandle) -> Option<Instant> {
         let c = self.conns.get(&h.0)?;
         c.stall.stalled_since(delivery(&c.q))
@@ -1094,7 +1094,7 @@ fn recheck_path_size(h: u64, c: &mut Conn, now: Instant) -> bool {
 /// When a connection not already closing has been stalled for `limit`,
 /// as of its last timers.
 fn stall_deadline(c: &Conn, limit: Duration) -> Option<Instant> {
-    if c.close_budget.is_some() || c.q.is_draining() || c.q.is_closed() {
+    if is_closing(c) {
         return None;
     }
     c.stall.started().map(|t| t + limit)
@@ -1119,16 +1119,21 @@ fn end_if_stalled(h: u64, c: &mut Conn, now: Instant) -> bool {
     true
 }
 
-/// The connection's peer is where quiche's active path leads (sends go
-/// where quiche addresses each packet; this keeps `Endpoint::peer` and the
-/// logs right).
 /// When an established connection that is not closing owes its peer a
 /// keepalive PING.
 fn keepalive_due(c: &Conn, every: Duration) -> Option<Instant> {
-    (c.established && c.close_budget.is_none() && !c.q.is_draining() && !c.q.is_closed())
-        .then(|| c.last_sent + every)
+    (c.established && !is_closing(c)).then(|| c.last_sent + every)
 }
 
+/// Closed by the application or the endpoint, or by quiche (draining,
+/// closed): no keepalive, no stall check.
+fn is_closing(c: &Conn) -> bool {
+    c.close_budget.is_some() || c.q.is_draining() || c.q.is_closed()
+}
+
+/// The connection's peer is where quiche's active path leads (sends go
+/// where quiche addresses each packet; this keeps `Endpoint::peer` and the
+/// logs right).
 fn follow_active_path(h: u64, c: &mut Conn) {
     let active =
         c.q.path_stats()
