@@ -99,15 +99,32 @@ impl VirtualNet {
         in_ns(&["link", "add", &net.bridge, "type", "bridge"])?;
         in_ns(&["link", "set", &net.bridge, "up"])?;
         let mtu_text = mtu.to_string();
+        let mut base = first_index(pid);
         for j in 0..n * lanes {
             let dev = format!("ac{pid}r{j}");
             let port = format!("{dev}p");
-            // Made here, then the bridge end moved: the ranks' ends take
-            // every other interface index, as without the namespace.
-            // net_af_packet names its fanout group by pid ^ ifindex, and
-            // ranks with consecutive pids on consecutive indexes would
-            // share a group across devices (PACKET_FANOUT fails: EINVAL).
-            ip(&["link", "add", &dev, "type", "veth", "peer", "name", &port])?;
+            // net_af_packet names its fanout group by (pid ^ ifindex) &
+            // 0xffff, and two ranks whose groups coincide on different
+            // devices fail (PACKET_FANOUT: EINVAL). The ranks' ends get
+            // indexes 4096 apart with the same low 12 bits, so two ranks
+            // could share a group only if their pids did too, 4096 or more
+            // apart: ranks started together never are. An index another
+            // interface took moves the whole run's base on.
+            let mut tries = 0;
+            loop {
+                let index = (base + (j as u32) * INDEX_STRIDE).to_string();
+                let made = ip(&[
+                    "link", "add", &dev, "index", &index, "type", "veth", "peer", "name", &port,
+                ]);
+                match made {
+                    Ok(()) => break,
+                    Err(_) if j == 0 && tries < 8 => {
+                        tries += 1;
+                        base += 1;
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
             net.links.push(dev.clone());
             ip(&["link", "set", &port, "netns", &ns])?;
             quiet_ipv6(&dev);
@@ -158,6 +175,16 @@ impl Drop for VirtualNet {
         }
         let _ = ip(&["netns", "del", &self.netns]);
     }
+}
+
+/// Interface indexes of one run's rank ends are this far apart (see
+/// `VirtualNet::create`).
+const INDEX_STRIDE: u32 = 4096;
+
+/// The first rank end's interface index: far above the indexes the
+/// kernel hands out, and different for concurrent runs.
+fn first_index(pid: u32) -> u32 {
+    (1 << 20) + (pid & (INDEX_STRIDE - 1))
 }
 
 fn ip(args: &[&str]) -> Result<()> {
