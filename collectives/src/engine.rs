@@ -221,7 +221,10 @@ impl Engine {
     }
 
     /// Starts the next collective on `buf` (see [`Op`] for the buffer
-    /// convention; a barrier ignores it).
+    /// convention; a barrier ignores it). An error with [`Self::is_active`]
+    /// false refused it and changed nothing; with it true the collective
+    /// failed once begun (an i16 input that is not finite, say), and the
+    /// caller must [`Self::abort`] it.
     pub fn start(&mut self, collective: Collective, user_buf: &mut [f32]) -> Result<Progress> {
         if self.active.is_some() {
             return Err(Error::Busy);
@@ -254,7 +257,7 @@ impl Engine {
         ctx.codec = if barrier {
             Codec::F32
         } else {
-            self.config.codec
+            collective.codec.unwrap_or(self.config.codec)
         };
         ctx.combine = match reduce {
             Some(ReduceOp::Max) => Combine::Max,
@@ -326,10 +329,11 @@ impl Engine {
             barrier,
             tensor,
         });
-        if let Err(e) = alg.start(ctx, buf) {
-            self.abort();
-            return Err(e);
-        }
+        // Failing from here on, the collective stays active: its number is
+        // taken and some of its messages may be queued, so the caller is
+        // out of step with its peers and must `abort` (the communicator
+        // then fails, and its goodbye tells the peers).
+        alg.start(ctx, buf)?;
         // Messages that arrived before this collective started.
         let mut i = 0;
         while i < self.early.len() {

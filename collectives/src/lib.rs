@@ -220,16 +220,23 @@ pub enum Op {
     Barrier,
 }
 
-/// What to run: an [`Op`] and, for i16 sums, an error-feedback tensor id.
+/// What to run: an [`Op`], for i16 sums an error-feedback tensor id, and
+/// optionally a codec other than the communicator's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Collective {
     pub op: Op,
     pub tensor: Option<u64>,
+    /// `None`: the communicator's codec (`Config::codec`).
+    pub codec: Option<Codec>,
 }
 
 impl Collective {
     pub fn new(op: Op) -> Collective {
-        Collective { op, tensor: None }
+        Collective {
+            op,
+            tensor: None,
+            codec: None,
+        }
     }
     pub fn all_reduce(r: ReduceOp) -> Collective {
         Collective::new(Op::AllReduce(r))
@@ -250,6 +257,15 @@ impl Collective {
     /// ignored otherwise).
     pub fn with_feedback(mut self, tensor: u64) -> Collective {
         self.tensor = Some(tensor);
+        self
+    }
+    /// Runs this collective with `codec` instead of the communicator's;
+    /// every rank must pass the same (messages carry their codec, and a
+    /// mismatch is refused). For values that must stay exact in a job
+    /// whose gradients go as i16: a loss, a token count, a verdict.
+    /// The clip policy and error feedback apply only to i16.
+    pub fn with_codec(mut self, codec: Codec) -> Collective {
+        self.codec = Some(codec);
         self
     }
 }

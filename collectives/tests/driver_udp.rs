@@ -7,7 +7,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use collectives::driver::{Communicator, DriverConfig};
-use collectives::{bf16, shard_range, Collective, Error, ReduceOp};
+use collectives::{bf16, shard_range, Codec, Collective, Error, ReduceOp, Rounding};
 
 fn value(rank: usize, i: usize) -> f32 {
     ((i * 7 + rank * 13) % 64) as f32 * 0.25 - 8.0
@@ -277,6 +277,90 @@ fn ranks_that_issue_different_collectives_fail_and_stay_failed() {
     assert!(first.contains("different collectives"), "{first}");
     let next = next.expect_err("a rank out of step refuses more work");
     assert!(next.contains("failed"), "{next}");
+}
+
+/// Settings the driver cannot honour are refused with the field named,
+/// before anything binds: a zero `max_pending_bytes` hung every collective
+/// (nothing ever left the engine), `Duration::MAX` as "no timeout"
+/// panicked at the first deadline, and a zero timeout failed every
+/// collective at once.
+#[test]
+fn settings_the_driver_cannot_honour_are_refused_up_front() {
+    type Spoil = fn(&mut DriverConfig);
+    let bad: [(&str, Spoil); 6] = [
+        ("conns_per_peer", |c| c.conns_per_peer = 0),
+        ("timeout", |c| c.timeout = Duration::ZERO),
+        ("timeout", |c| c.timeout = Duration::MAX),
+        ("connect_timeout", |c| c.connect_timeout = Duration::ZERO),
+        ("connect_timeout", |c| c.connect_timeout = Duration::MAX),
+        ("max_pending_bytes", |c| c.max_pending_bytes = 0),
+    ];
+    for (field, spoil) in bad {
+        let mut cfg = DriverConfig::default();
+        spoil(&mut cfg);
+        match Communicator::new(0, 2, common::loopback_addrs(2), cfg) {
+            Err(Error::Config(why)) => assert!(why.starts_with(field), "{field}: {why}"),
+            Err(e) => panic!("{field}: expected a config error, got {e}"),
+            Ok(_) => panic!("{field}: accepted"),
+        }
+    }
+    let fine = DriverConfig {
+        timeout: collectives::driver::MAX_TIMEOUT,
+        max_pending_bytes: 1,
+        ..DriverConfig::default()
+    };
+    let mut c = Communicator::new(0, 1, common::loopback_addrs(1), fine).unwrap();
+    let mut buf = vec![1.0f32; 10];
+    c.all_reduce(&mut buf, ReduceOp::Sum).unwrap();
+    assert_eq!(buf, vec![1.0; 10]);
+}
+
+#[test]
+fn a_rank_whose_i16_input_is_not_finite_fails_and_its_peer_is_told() {
+    // A NaN cannot be quantized: rank 0's all-reduce fails as it begins,
+    // after the collective took its number. Rank 0 is then out of step
+    // with rank 1 for good, so it must refuse more work, and rank 1 must
+    // hear that rank 0's collective failed instead of waiting for it.
+    let mut cfg = DriverConfig {
+        timeout: Duration::from_secs(20),
+        ..DriverConfig::default()
+    };
+    cfg.engine.codec = Codec::I16(Rounding::Nearest);
+    let out = on_ranks(2, cfg, |mut c| {
+        let t = Instant::now();
+        let mut buf: Vec<f32> = (0..1000).map(|i| value(c.rank(), i)).collect();
+        if c.rank() == 0 {
+            buf[5] = f32::NAN;
+            let first = c.all_reduce(&mut buf, ReduceOp::Sum);
+            let next = c.all_reduce(&mut buf, ReduceOp::Sum);
+            (first, Some(next), t.elapsed())
+        } else {
+            (c.all_reduce(&mut buf, ReduceOp::Sum), None, t.elapsed())
+        }
+    });
+    let (first, next, _) = &out[0];
+    assert!(
+        matches!(first, Err(Error::NonFinite { index: 5, .. })),
+        "{first:?}"
+    );
+    let next = next.as_ref().unwrap();
+    assert!(
+        matches!(next, Err(Error::Failed(e)) if matches!(**e, Error::NonFinite { .. })),
+        "rank 0 must refuse more work: {next:?}"
+    );
+    let (r1, _, t1) = &out[1];
+    assert!(
+        matches!(
+            r1,
+            Err(Error::PeerLeft {
+                rank: 0,
+                failed: true,
+                ..
+            })
+        ),
+        "{r1:?}"
+    );
+    assert!(*t1 < Duration::from_secs(5), "rank 1 took {t1:?}");
 }
 
 #[test]

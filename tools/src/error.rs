@@ -16,6 +16,11 @@ pub enum Error {
     /// Results that differ from the reference (counted over all ranks).
     #[error("{0} wrong element(s) over all ranks and sizes: results differ from the reference beyond the tolerance")]
     WrongResults(u64),
+    /// Ranks whose results are within tolerance but not bit-identical.
+    #[error(
+        "the ranks' results differ bit for bit in {0} row(s): every rank must get the same result"
+    )]
+    RanksDiffer(u64),
 }
 
 impl From<stack::runtime::Error> for Error {

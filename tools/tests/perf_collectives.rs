@@ -276,6 +276,54 @@ fn the_i16_clip_bound_is_applied_to_every_contribution() {
     assert!(stderr.contains("not a finite number above 0"), "{stderr}");
 }
 
+/// The verdict (wrong elements, largest error, identity) is summed over
+/// the ranks exactly, whatever `--codec` and `--clip` do to the data: with
+/// a clip of 0.25 every rank's share of the wrong count was itself clipped
+/// to 0.25 and the total read 0, and a run whose every other element was
+/// wrong passed.
+#[test]
+fn wrong_elements_are_counted_exactly_under_i16_and_a_small_clip() {
+    let out = perf(&[
+        "reduce_scatter",
+        "--local-ranks",
+        "2",
+        "-b",
+        "64K",
+        "-e",
+        "64K",
+        "-n",
+        "1",
+        "-w",
+        "0",
+        "--codec",
+        "i16",
+        "--clip",
+        "0.25",
+        "--json",
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "clipped results must fail: {stderr}");
+    // The tool's inputs (`check::value`), clipped by each rank: an element
+    // is wrong where the clipped sum misses the true one.
+    let value = |r: usize, i: usize| ((i * 7 + r * 13) % 64) as f32 * 0.25 - 8.0;
+    let clip = |x: f32| x.clamp(-0.25, 0.25);
+    let want = (0..16384)
+        .filter(|&i| {
+            let (a, b) = (value(0, i), value(1, i));
+            (clip(a) + clip(b) - (a + b)).abs() > 0.01
+        })
+        .count();
+    assert!(want > 8000, "most elements are clipped: {want}");
+    assert!(
+        stderr.contains(&format!("{want} wrong element(s) over all ranks")),
+        "want {want} wrong: {stderr}"
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let row: Value = serde_json::from_str(stdout.trim()).expect("one JSON row");
+    assert_eq!(row["wrong"], want as u64, "{row}");
+    assert!(row["max_rel_err"].as_f64().unwrap() > 0.5, "{row}");
+}
+
 #[test]
 fn lanes_split_large_buckets_and_keep_results_exact() {
     // Two lanes with parts of at least 256 KiB split buckets from 512 KiB

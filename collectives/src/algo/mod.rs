@@ -280,7 +280,7 @@ impl Ctx {
         if msg.header.codec != want {
             return Err(Error::Unexpected {
                 from,
-                reason: "codec differs from the collective's (ranks disagree on Config::codec)",
+                reason: "codec differs from the collective's (ranks disagree on Config::codec or Collective::with_codec)",
             });
         }
         Ok(())

@@ -212,6 +212,7 @@ impl<B: Backend> Communicator<B> {
         advertise: SocketAddrV4,
         config: DriverConfig,
     ) -> Result<Self> {
+        config.validate()?;
         let start = Instant::now();
         let (peers, watch) = rendezvous::exchange(env, advertise, config.connect_timeout)?;
         let left = config.connect_left(start);

@@ -111,6 +111,7 @@ fn connect_lanes<B: Backend + Send>(
 where
     B::Buf: Send,
 {
+    config.validate()?;
     // One budget for every lane's rendezvous and connections together.
     let start = Instant::now();
     let mut meshes = Vec::with_capacity(ios.len());

@@ -187,9 +187,7 @@ impl<B: Backend> Mesh<B> {
                 peers.len()
             )));
         }
-        if cfg.conns_per_peer == 0 {
-            return Err(Error::Config("conns_per_peer must be at least 1"));
-        }
+        cfg.validate()?;
         let payload = io.max_payload();
         let (quic, _identity) = match &cfg.quic.cert_chain {
             Some(_) => (cfg.quic.clone(), None),

@@ -132,6 +132,29 @@ pub struct DriverConfig {
 }
 
 impl DriverConfig {
+    /// Refuses values the driver cannot honour: no connection per peer, a
+    /// timeout of zero (every collective would fail at once) or beyond a
+    /// year (a deadline that far out is a wait for ever, and `Instant`
+    /// cannot add `Duration::MAX`), and no room for one queued message.
+    pub fn validate(&self) -> crate::Result<()> {
+        use crate::Error::Config;
+        if self.conns_per_peer == 0 {
+            return Err(Config("conns_per_peer must be at least 1"));
+        }
+        if self.timeout.is_zero() || self.timeout > MAX_TIMEOUT {
+            return Err(Config("timeout must be above zero and at most a year"));
+        }
+        if self.connect_timeout.is_zero() || self.connect_timeout > MAX_TIMEOUT {
+            return Err(Config(
+                "connect_timeout must be above zero and at most a year",
+            ));
+        }
+        if self.max_pending_bytes == 0 {
+            return Err(Config("max_pending_bytes must be at least 1"));
+        }
+        Ok(())
+    }
+
     /// What is left of `connect_timeout` for a join that began at `start`
     /// (for the connections, see `connect_timeout`).
     pub(crate) fn connect_left(&self, start: std::time::Instant) -> Duration {
@@ -154,6 +177,10 @@ impl DriverConfig {
         }
     }
 }
+
+/// The longest `timeout` and `connect_timeout` [`DriverConfig::validate`]
+/// accepts.
+pub const MAX_TIMEOUT: Duration = Duration::from_secs(365 * 24 * 3600);
 
 /// The default cap of [`DriverConfig::follow_route_mtu`].
 pub use stack::io::kernel::ROUTE_PAYLOAD_CAP;

@@ -220,10 +220,11 @@ where
         }
     };
     let mut bytes = args.minbytes;
-    let mut wrong = 0;
+    let (mut wrong, mut differing_rows) = (0, 0);
     while bytes <= args.maxbytes {
         let row = measure(&mut comm, args, bytes)?;
         wrong += row.wrong;
+        differing_rows += u64::from(row.identical == Some(false));
         if rank == 0 {
             if args.json {
                 crate::oline!("{}", serde_json::to_string(&row).expect("row serialises"));
@@ -240,6 +241,9 @@ where
     // Every rank knows the total: all of them fail, as nccl-tests does.
     if wrong > 0 {
         return Err(Error::WrongResults(wrong));
+    }
+    if differing_rows > 0 {
+        return Err(Error::RanksDiffer(differing_rows));
     }
     Ok(())
 }
@@ -648,7 +652,7 @@ where
 
 /// Whether every rank's hash equals ours. Each of the 64 bits and its
 /// complement go through one all-reduce(max): a bit differs somewhere iff
-/// both it and its complement reach 1. (0/1 values survive the i16 codec.)
+/// both it and its complement reach 1.
 fn all_identical<B: LaneBackend>(comm: &mut drive::RankDriver<B>, hash: u64) -> Result<bool>
 where
     B::Buf: Send,
@@ -664,7 +668,8 @@ where
 }
 
 /// An all-reduce of a few f32 values through the ranks' own driver (the
-/// checks' bookkeeping, not timed).
+/// checks' bookkeeping, not timed), exact whatever `--codec` and `--clip`
+/// say: the verdict must not be quantized or clipped itself.
 fn all_reduce_small<B: LaneBackend>(
     comm: &mut drive::RankDriver<B>,
     values: Vec<f32>,
@@ -674,7 +679,8 @@ where
     B::Buf: Send,
 {
     let mut bucket = drive::Bucket::F32(values);
-    comm.step(Collective::all_reduce(op), &mut bucket, Duration::ZERO)?;
+    let exact = Collective::all_reduce(op).with_codec(Codec::F32);
+    comm.step(exact, &mut bucket, Duration::ZERO)?;
     Ok(bucket.to_f32())
 }
 
