@@ -697,6 +697,112 @@ fn without_retry_the_handshake_limit_bounds_state() {
     assert!(p.server.ep.stats().handshake_limited > 1000);
 }
 
+/// A server endpoint on its own over the in-memory network, for feeding
+/// it hand-made datagrams.
+fn lone_server(tag: &str, tune: impl FnOnce(QuicConfig) -> QuicConfig) -> Side {
+    let dir = cluster(tag);
+    let net = MemNet::with_mtu(1500);
+    let io = net.endpoint(SERVER_IP, ImpairConfig::default()).unwrap();
+    let cfg = tune(node_config(&dir, "server"));
+    Side {
+        ep: Endpoint::server(cfg, 0, io.max_payload()).unwrap(),
+        io,
+        tx: Vec::new(),
+        blackhole: false,
+    }
+}
+
+/// RFC 9000 14.1: an Initial in a datagram under 1200 bytes is dropped,
+/// so a spoofed small one cannot draw a bigger Retry at a victim.
+#[test]
+fn an_initial_in_a_datagram_under_1200_bytes_draws_no_reply() {
+    let mut server = lone_server("short", |c| c);
+    let initial = initial_packet(7);
+    assert_eq!(initial.len(), 1200, "quiche pads a client's first Initial");
+    for len in [1199, 100] {
+        let mut tx = Vec::new();
+        server
+            .ep
+            .recv(spoofed(&initial[..len], 1), &mut server.io, &mut tx);
+        assert!(tx.is_empty(), "{len} bytes: answered");
+    }
+    let mut tx = Vec::new();
+    server
+        .ep
+        .recv(spoofed(&initial, 1), &mut server.io, &mut tx);
+    assert_eq!(tx.len(), 1, "a full-size Initial gets its Retry");
+    let st = server.ep.stats();
+    assert_eq!((st.short_initials, st.retries_sent), (2, 1), "{st:?}");
+}
+
+/// Without an idle timeout (the collectives run without one) nothing
+/// ended a handshake whose client never came back: each such Initial
+/// (from a spoofed address, say) held one of `max_handshakes` for good.
+#[test]
+fn a_handshake_whose_client_went_away_is_dropped_after_the_handshake_timeout() {
+    let mut server = lone_server("hsdeadline", |c| QuicConfig {
+        retry: false,
+        idle_timeout: Duration::ZERO,
+        handshake_timeout: Duration::from_millis(300),
+        ..c
+    });
+    let t = Instant::now();
+    let mut tx = Vec::new();
+    server
+        .ep
+        .recv(spoofed(&initial_packet(9), 1), &mut server.io, &mut tx);
+    assert_eq!(server.ep.handshakes_in_progress(), 1);
+    while server.ep.connections() > 0 && t.elapsed() < Duration::from_secs(5) {
+        server.drive();
+        server.tx.clear();
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let took = t.elapsed();
+    assert_eq!(server.ep.connections(), 0, "still held after {took:?}");
+    assert_eq!(server.ep.handshakes_in_progress(), 0);
+    assert!(
+        took >= Duration::from_millis(300),
+        "dropped early: {took:?}"
+    );
+    assert!(took < Duration::from_secs(2), "dropped late: {took:?}");
+    match server.ep.poll_event() {
+        Some(Event::Closed {
+            established: false,
+            reason: CloseReason::HandshakeTimeout,
+            ..
+        }) => {}
+        other => panic!("expected a handshake timeout, got {other:?}"),
+    }
+    assert_eq!(server.ep.stats().handshakes_failed, 1);
+}
+
+/// `max_handshakes` bounds the handshakes others start with us; our own
+/// dials in progress (a rank dialling its peers) do not take its slots.
+#[test]
+fn our_own_dials_do_not_use_up_the_handshakes_we_accept() {
+    let mut server = lone_server("owndials", |c| QuicConfig {
+        retry: false,
+        max_handshakes: 1,
+        ..c
+    });
+    server
+        .ep
+        .connect(
+            SocketAddrV4::new(SERVER_IP, PORT),
+            SocketAddrV4::new(Ipv4Addr::new(10, 9, 0, 77), PORT),
+            Some("server"),
+        )
+        .unwrap();
+    let mut tx = Vec::new();
+    server
+        .ep
+        .recv(spoofed(&initial_packet(3), 1), &mut server.io, &mut tx);
+    let st = server.ep.stats();
+    assert_eq!((st.accepted, st.handshake_limited), (1, 0), "{st:?}");
+    assert_eq!(server.ep.connections(), 2);
+    assert_eq!(server.ep.handshakes_in_progress(), 1);
+}
+
 #[test]
 fn a_thousand_connections_open_and_close_without_leaking_state() {
     let dir = cluster("many");

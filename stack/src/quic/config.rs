@@ -80,6 +80,11 @@ pub struct QuicConfig {
     pub retry: bool,
     /// Servers: handshakes in progress at most; Initials beyond are dropped.
     pub max_handshakes: usize,
+    /// Servers: an accepted connection not established this long after
+    /// its first Initial is dropped, whatever the idle timeout (which may
+    /// be off), so a client that went away, or a spoofed one, cannot hold
+    /// a handshake slot for good.
+    pub handshake_timeout: Duration,
     /// Servers: connections at most.
     pub max_connections: usize,
 }
@@ -104,6 +109,7 @@ impl Default for QuicConfig {
             pacing: false,
             retry: true,
             max_handshakes: 256,
+            handshake_timeout: Duration::from_secs(20),
             max_connections: 16 * 1024,
         }
     }

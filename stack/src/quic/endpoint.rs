@@ -62,6 +62,9 @@ pub enum CloseReason {
     },
     /// No packet from the peer within the idle timeout.
     IdleTimeout,
+    /// An accepted connection not established within
+    /// `QuicConfig::handshake_timeout`: dropped, no close sent.
+    HandshakeTimeout,
     /// Closed here: no progress for the idle timeout (counted from the
     /// first probe timeout; what we sent was lost, hardly any of it
     /// acknowledged), though the peer may still be heard. See `stall`.
@@ -140,6 +143,9 @@ impl std::fmt::Display for CloseReason {
             CloseReason::IdleTimeout => {
                 f.write_str("no packet from the peer within the idle timeout")
             }
+            CloseReason::HandshakeTimeout => {
+                f.write_str("handshake not done within the handshake timeout")
+            }
             CloseReason::Stalled { for_ms } => write!(
                 f,
                 "no progress for {for_ms} ms: what was sent was lost, not acknowledged (a path \
@@ -181,6 +187,12 @@ pub struct EndpointStats {
     pub bad_tokens: u64,
     /// Initials dropped because too many handshakes were in progress.
     pub handshake_limited: u64,
+    /// Initials for a new connection in datagrams under 1200 bytes,
+    /// dropped (RFC 9000 section 14.1).
+    pub short_initials: u64,
+    /// Accepted connections whose handshake failed or expired
+    /// (`QuicConfig::handshake_timeout`); logged at debug level only.
+    pub handshakes_failed: u64,
     pub accepted: u64,
     pub connected: u64,
     /// Peers refused for lack of a cluster certificate.
@@ -240,6 +252,9 @@ struct Conn {
     stalled_for: Option<Duration>,
     /// When the connection last sent a datagram (see `QuicConfig::keepalive`).
     last_sent: Instant,
+    /// An accepted connection not established by then is dropped
+    /// (`QuicConfig::handshake_timeout`); `None` for our own dials.
+    handshake_deadline: Option<Instant>,
 }
 
 /// A connection closed by the application normally sends its close in the
@@ -251,6 +266,9 @@ struct Conn {
 /// handshakes; cloudflare/quiche issue 1433). Past this many datagrams
 /// without draining, the endpoint drops the connection; the peer times out.
 const CLOSE_DATAGRAMS: u8 = 8;
+
+/// The smallest datagram a client's first Initial may come in.
+const MIN_INITIAL_DATAGRAM: usize = 1200;
 
 pub struct Endpoint<B: Datagram> {
     lcore: u8,
@@ -267,6 +285,8 @@ pub struct Endpoint<B: Datagram> {
     order: Vec<u64>,
     cursor: usize,
     next_handle: u64,
+    /// Accepted connections not yet established: what `max_handshakes`
+    /// limits (our own dials are the caller's to bound).
     handshakes: usize,
     events: VecDeque<Event>,
     tokens: TokenKey,
@@ -337,6 +357,7 @@ impl<B: Datagram> Endpoint<B> {
         self.conns.len()
     }
 
+    /// Accepted connections still handshaking.
     pub fn handshakes_in_progress(&self) -> usize {
         self.handshakes
     }
@@ -447,6 +468,7 @@ impl<B: Datagram> Endpoint<B> {
     ) -> ConnHandle {
         let h = self.next_handle;
         self.next_handle += 1;
+        let now = Instant::now();
         let key = CidKey::new(&scid);
         self.by_cid.insert(key, h);
         self.conns.insert(
@@ -465,11 +487,12 @@ impl<B: Datagram> Endpoint<B> {
                 close_budget: None,
                 stall: StallWatch::default(),
                 stalled_for: None,
-                last_sent: Instant::now(),
+                last_sent: now,
+                handshake_deadline: server.then(|| now + self.config.handshake_timeout),
             },
         );
         self.order.push(h);
-        self.handshakes += 1;
+        self.handshakes += usize::from(server);
         ConnHandle(h)
     }
 
@@ -494,6 +517,13 @@ impl<B: Datagram> Endpoint<B> {
         let h = match self.by_cid.get(&dcid) {
             Some(&h) => h,
             None => match initial {
+                // RFC 9000 14.1: a server discards an Initial in a datagram
+                // under 1200 bytes (a client pads its own), so a spoofed
+                // one cannot draw a larger reply (a Retry) than it is.
+                Some(_) if d.payload().len() < MIN_INITIAL_DATAGRAM => {
+                    self.stats.short_initials += 1;
+                    return;
+                }
                 Some(init) => match self.accept(&init, &dcid, peer, local, io, tx) {
                     Some(h) => h,
                     None => return,
@@ -551,14 +581,14 @@ impl<B: Datagram> Endpoint<B> {
         let (scid, odcid, also_route) = if self.config.retry {
             if init.token.is_empty() {
                 let new_scid = new_cid(self.lcore, &mut self.rng);
-                let token = self.tokens.mint(peer, &dcid);
+                let token = self.tokens.mint(peer, &dcid, &new_scid);
                 self.stats.retries_sent += 1;
                 self.reply(io, tx, peer, local.port(), |out| {
                     quiche::retry(&init.scid, &dcid, &new_scid, &token, init.version, out)
                 });
                 return None;
             }
-            match self.tokens.validate(peer, &init.token) {
+            match self.tokens.validate(peer, &dcid, &init.token) {
                 Some(odcid) if dcid.len() == CID_LEN => (dcid, Some(odcid), None),
                 _ => {
                     self.stats.bad_tokens += 1;
@@ -637,7 +667,7 @@ impl<B: Datagram> Endpoint<B> {
         };
         if !c.established && c.q.is_established() {
             c.established = true;
-            self.handshakes -= 1;
+            self.handshakes -= usize::from(c.server);
             if c.server && require_cert && c.q.peer_cert().is_none() {
                 warn!(peer = %c.peer, "refusing peer: it presented no certificate from the cluster CA");
                 c.refused = Some("no client certificate");
@@ -673,8 +703,9 @@ impl<B: Datagram> Endpoint<B> {
         }
         self.order.retain(|&x| x != h);
         if !c.established {
-            self.handshakes -= 1;
+            self.handshakes -= usize::from(c.server);
         }
+        let handshake_expired = c.handshake_deadline.is_some_and(|t| t <= Instant::now());
         let reason = if let Some(why) = c.refused {
             CloseReason::Refused(why)
         } else if let Some(d) = c.stalled_for {
@@ -693,13 +724,20 @@ impl<B: Datagram> Endpoint<B> {
                 code: e.error_code,
                 reason: e.reason.clone(),
             }
+        } else if handshake_expired && !c.established {
+            CloseReason::HandshakeTimeout
         } else {
             CloseReason::IdleTimeout
         };
         if !c.established && reason.is_certificate_trouble() {
             warn!(peer = %c.peer, %reason, "quic handshake failed (is the peer's certificate from the cluster CA?)");
-        } else if !c.established {
+        } else if !c.established && !c.server {
             warn!(peer = %c.peer, %reason, "quic handshake failed");
+        } else if !c.established {
+            // Anyone can start a handshake (with a spoofed address, too):
+            // a line per failure would let them flood the log.
+            self.stats.handshakes_failed += 1;
+            debug!(peer = %c.peer, %reason, "quic handshake with a client failed");
         }
         self.stats.closed += 1;
         self.events.push_back(Event::Closed {
@@ -716,7 +754,12 @@ impl<B: Datagram> Endpoint<B> {
         let keepalive = self.config.keepalive;
         let stall_limit = self.stall_limit();
         let mut due = std::mem::take(&mut self.scratch);
+        let mut expired = Vec::new();
         for (&h, c) in self.conns.iter_mut() {
+            if handshake_due(c).is_some_and(|t| t <= now) {
+                expired.push(h);
+                continue;
+            }
             let ping = keepalive.and_then(|every| keepalive_due(c, every));
             if ping.is_some_and(|t| t <= now) {
                 // Goes out with the connection's next packet.
@@ -744,6 +787,9 @@ impl<B: Datagram> Endpoint<B> {
         }
         due.clear();
         self.scratch = due;
+        for h in expired {
+            self.reap(h);
+        }
     }
 
     /// How long a connection may stall before it is closed: the idle
@@ -764,6 +810,7 @@ impl<B: Datagram> Endpoint<B> {
                     c.q.timeout_instant(),
                     keepalive.and_then(|k| keepalive_due(c, k)),
                     stall_limit.and_then(|limit| stall_deadline(c, limit)),
+                    handshake_due(c),
                 ]
             })
             .flatten()
@@ -1117,6 +1164,16 @@ fn end_if_stalled(h: u64, c: &mut Conn, now: Instant) -> bool {
     // NO_ERROR: the transport's codes name protocol faults, not this.
     let _ = c.q.close(false, 0x0, b"stalled: no progress");
     true
+}
+
+/// When an accepted connection that is still handshaking is dropped:
+/// without an idle timeout (the collectives run without one) nothing else
+/// would end a handshake whose client went away or never existed (a
+/// spoofed address), and each holds one of `max_handshakes` for good.
+/// Dropped without a close: there is no session to close, and a close to
+/// a spoofed address is wasted.
+fn handshake_due(c: &Conn) -> Option<Instant> {
+    c.handshake_deadline.filter(|_| !c.established)
 }
 
 /// When an established connection that is not closing owes its peer a

@@ -103,9 +103,15 @@ pub struct PerfServer {
     streams: HashMap<(ConnHandle, u64), StreamState, ahash::RandomState>,
     conns: Vec<ConnHandle>,
     buf: Vec<u8>,
-    /// Connections that closed, with their events, for the caller to log.
+    /// The first `CLOSED_KEPT` connections that closed, with their
+    /// events, for the caller to log (bounded: a server runs for long).
     pub closed: Vec<Event>,
+    /// Every connection that closed.
+    pub closed_count: u64,
 }
+
+/// How many close events a `PerfServer` keeps.
+pub const CLOSED_KEPT: usize = 1024;
 
 impl PerfServer {
     pub fn new() -> Self {
@@ -128,7 +134,10 @@ impl PerfServer {
                 Event::Closed { conn, .. } => {
                     self.conns.retain(|&c| c != conn);
                     self.streams.retain(|(c, _), _| *c != conn);
-                    self.closed.push(ev);
+                    self.closed_count += 1;
+                    if self.closed.len() < CLOSED_KEPT {
+                        self.closed.push(ev);
+                    }
                 }
             }
         }

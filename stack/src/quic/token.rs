@@ -5,7 +5,11 @@
 //!
 //! Token: issued-at (u64 seconds, BE) | odcid length (u8) | odcid | tag
 //! (u64, BE), the tag a SipHash keyed per endpoint (random at start) over
-//! the peer address, issue time and odcid.
+//! the peer address, issue time, odcid and the connection ID the Retry
+//! gave the client. That ID is the destination of the client's next
+//! Initial and becomes the connection's own, so a token opens one
+//! connection at a time: replayed with any other ID it is refused, and
+//! with its own it reaches the connection it already opened.
 
 use std::hash::{BuildHasher, Hasher};
 use std::net::SocketAddrV4;
@@ -42,38 +46,49 @@ fn unix_secs() -> u64 {
 }
 
 impl TokenKey {
-    fn tag(&self, peer: SocketAddrV4, issued: u64, odcid: &[u8]) -> u64 {
+    fn tag(&self, peer: SocketAddrV4, issued: u64, odcid: &[u8], retry_scid: &[u8]) -> u64 {
         let mut h = self.key.build_hasher();
         h.write(&peer.ip().octets());
         h.write_u16(peer.port());
         h.write_u64(issued);
+        // Length-prefixed: the two IDs' boundary is part of what is signed.
+        h.write_u8(odcid.len() as u8);
         h.write(odcid);
+        h.write(retry_scid);
         h.finish()
     }
 
-    /// A token for `peer`, carrying the client's original destination ID.
-    pub fn mint(&self, peer: SocketAddrV4, odcid: &[u8]) -> Vec<u8> {
-        self.mint_at(peer, odcid, unix_secs())
+    /// A token for `peer`, carrying the client's original destination ID,
+    /// for the connection ID `retry_scid` that the Retry gives it.
+    pub fn mint(&self, peer: SocketAddrV4, odcid: &[u8], retry_scid: &[u8]) -> Vec<u8> {
+        self.mint_at(peer, odcid, retry_scid, unix_secs())
     }
 
-    fn mint_at(&self, peer: SocketAddrV4, odcid: &[u8], issued: u64) -> Vec<u8> {
+    fn mint_at(&self, peer: SocketAddrV4, odcid: &[u8], retry_scid: &[u8], issued: u64) -> Vec<u8> {
         let mut t = Vec::with_capacity(8 + 1 + odcid.len() + 8);
         t.extend_from_slice(&issued.to_be_bytes());
         t.push(odcid.len() as u8);
         t.extend_from_slice(odcid);
-        t.extend_from_slice(&self.tag(peer, issued, odcid).to_be_bytes());
+        let tag = self.tag(peer, issued, odcid, retry_scid);
+        t.extend_from_slice(&tag.to_be_bytes());
         t
     }
 
     /// The original destination ID if `token` was minted by us for `peer`
-    /// and has not expired.
-    pub fn validate(&self, peer: SocketAddrV4, token: &[u8]) -> Option<ConnectionId<'static>> {
+    /// and the connection ID `dcid` (the Initial's destination), and has
+    /// not expired.
+    pub fn validate(
+        &self,
+        peer: SocketAddrV4,
+        dcid: &[u8],
+        token: &[u8],
+    ) -> Option<ConnectionId<'static>> {
         let issued = u64::from_be_bytes(token.get(..8)?.try_into().ok()?);
         let len = *token.get(8)? as usize;
         let odcid = token.get(9..9 + len)?;
         let tag = u64::from_be_bytes(token.get(9 + len..)?.try_into().ok()?);
         let age = unix_secs().checked_sub(issued)?;
-        (tag == self.tag(peer, issued, odcid) && age <= TOKEN_LIFETIME.as_secs())
+        (tag == self.tag(peer, issued, odcid, dcid) && age <= TOKEN_LIFETIME.as_secs())
             .then(|| ConnectionId::from_vec(odcid.to_vec()))
     }
 }
@@ -82,20 +97,25 @@ impl TokenKey {
 mod tests {
     use super::*;
 
+    const SCID: &[u8] = b"retry-scid-16byt";
+
     #[test]
-    fn a_token_validates_only_for_its_peer_and_key() {
+    fn a_token_validates_only_for_its_peer_key_and_connection_id() {
         let key = TokenKey::default();
         let peer: SocketAddrV4 = "10.0.0.1:4433".parse().unwrap();
         let other: SocketAddrV4 = "10.0.0.2:4433".parse().unwrap();
-        let t = key.mint(peer, b"odcid-bytes");
-        assert_eq!(key.validate(peer, &t).unwrap().as_ref(), b"odcid-bytes");
-        assert!(key.validate(other, &t).is_none());
-        assert!(TokenKey::default().validate(peer, &t).is_none());
+        let t = key.mint(peer, b"odcid-bytes", SCID);
+        let odcid = key.validate(peer, SCID, &t).unwrap();
+        assert_eq!(odcid.as_ref(), b"odcid-bytes");
+        assert!(key.validate(other, SCID, &t).is_none());
+        assert!(TokenKey::default().validate(peer, SCID, &t).is_none());
+        // Replayed for another connection: a fresh ID is refused.
+        assert!(key.validate(peer, b"another-id-16byt", &t).is_none());
         let mut forged = t.clone();
         *forged.last_mut().unwrap() ^= 1;
-        assert!(key.validate(peer, &forged).is_none());
+        assert!(key.validate(peer, SCID, &forged).is_none());
         for n in 0..t.len() {
-            assert!(key.validate(peer, &t[..n]).is_none());
+            assert!(key.validate(peer, SCID, &t[..n]).is_none());
         }
     }
 
@@ -103,16 +123,18 @@ mod tests {
     fn a_token_outlives_a_client_s_handshake_retries_then_expires() {
         let key = TokenKey::default();
         let peer: SocketAddrV4 = "10.0.0.1:4433".parse().unwrap();
-        let aged = |secs: u64| key.mint_at(peer, b"odcid", unix_secs() - secs);
+        let aged = |secs: u64| key.mint_at(peer, b"odcid", SCID, unix_secs() - secs);
         // aioquic's fifth copy of its Initial leaves about 15 s after the
         // first, its sixth about 31 s after.
         for secs in [15, 31, 59] {
-            assert!(key.validate(peer, &aged(secs)).is_some(), "{secs} s old");
+            assert!(
+                key.validate(peer, SCID, &aged(secs)).is_some(),
+                "{secs} s old"
+            );
         }
-        assert!(key.validate(peer, &aged(62)).is_none());
+        assert!(key.validate(peer, SCID, &aged(62)).is_none());
         // Issued in the future (a forged time fails the tag anyway).
-        assert!(key
-            .validate(peer, &key.mint_at(peer, b"odcid", unix_secs() + 5))
-            .is_none());
+        let future = key.mint_at(peer, b"odcid", SCID, unix_secs() + 5);
+        assert!(key.validate(peer, SCID, &future).is_none());
     }
 }

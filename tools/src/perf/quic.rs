@@ -338,11 +338,11 @@ pub fn server(args: &PerfArgs) -> Result<serde_json::Value> {
         }
         Ok(PerfServer::new())
     })?;
-    let closed: usize = served.iter().map(|s| s.service.closed.len()).sum();
+    let closed: u64 = served.iter().map(|s| s.service.closed_count).sum();
     let per_lcore: Vec<_> = served
         .iter()
         .map(
-            |s| json!({"connections_closed": s.service.closed.len(), "handed_over": s.handed_over}),
+            |s| json!({"connections_closed": s.service.closed_count, "handed_over": s.handed_over}),
         )
         .collect();
     Ok(json!({"mode": "quic-server", "connections_closed": closed, "per_lcore": per_lcore}))
