@@ -6,8 +6,12 @@ mod common;
 
 use std::time::{Duration, Instant};
 
+use collectives::driver::mesh::COLL_ALPN;
 use collectives::driver::{Communicator, DriverConfig};
 use collectives::{bf16, shard_range, Codec, Collective, Error, ReduceOp, Rounding};
+use stack::io::kernel::{KernelUdp, KernelUdpConfig};
+use stack::io::PacketIo;
+use stack::quic::{CloseReason, Endpoint, Event, QuicConfig};
 
 fn value(rank: usize, i: usize) -> f32 {
     ((i * 7 + rank * 13) % 64) as f32 * 0.25 - 8.0
@@ -19,7 +23,16 @@ fn on_ranks<T: Send + 'static>(
     cfg: DriverConfig,
     f: impl Fn(Communicator) -> T + Send + Sync + Clone + 'static,
 ) -> Vec<T> {
-    let peers = common::loopback_addrs(world);
+    on_ranks_at(common::loopback_addrs(world), cfg, f)
+}
+
+/// `on_ranks` with rank r bound to `peers[r]`.
+fn on_ranks_at<T: Send + 'static>(
+    peers: Vec<std::net::SocketAddrV4>,
+    cfg: DriverConfig,
+    f: impl Fn(Communicator) -> T + Send + Sync + Clone + 'static,
+) -> Vec<T> {
+    let world = peers.len();
     let hs: Vec<_> = (0..world)
         .map(|r| {
             let (peers, cfg, f) = (peers.clone(), cfg.clone(), f.clone());
@@ -361,6 +374,93 @@ fn a_rank_whose_i16_input_is_not_finite_fails_and_its_peer_is_told() {
         "{r1:?}"
     );
     assert!(*t1 < Duration::from_secs(5), "rank 1 took {t1:?}");
+}
+
+/// A QUIC client that is not a rank (no certificates: anyone can finish
+/// the handshake) connects to `target` with the mesh's ALPN and sends
+/// `bytes` on its first stream; returns how its connection ended.
+fn stranger(target: std::net::SocketAddrV4, bytes: &[u8]) -> Option<CloseReason> {
+    let local = "127.0.0.1:0".parse().unwrap();
+    let mut io = KernelUdp::bind(local, KernelUdpConfig::default()).unwrap();
+    let cfg = QuicConfig {
+        alpn: vec![COLL_ALPN.to_vec()],
+        ..QuicConfig::default()
+    };
+    let mut ep = Endpoint::client(cfg, 0, io.max_payload()).unwrap();
+    let conn = ep.connect(io.local_addr(), target, None).unwrap();
+    let (mut tx, mut sent) = (Vec::new(), false);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        ep.drive(&mut io, &mut tx);
+        if ep.is_established(conn) && !sent {
+            sent = ep.stream_send(conn, 0, bytes, false).is_ok();
+        }
+        while let Some(e) = ep.poll_event() {
+            if let Event::Closed { reason, .. } = e {
+                return Some(reason);
+            }
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    None
+}
+
+/// A connection that breaks the mesh's protocol before saying which rank
+/// it is (a bad hello, a length prefix past the limit) is closed with code
+/// 1, and the job goes on: it used to fail every collective of the rank it
+/// reached (Error::Framing).
+#[test]
+fn a_stranger_that_connects_and_sends_junk_is_refused_and_the_job_goes_on() {
+    let peers = common::loopback_addrs(2);
+    let target = peers[1];
+    let strangers_done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let done = strangers_done.clone();
+    let strangers = std::thread::spawn(move || {
+        let mut bad_hello = 16u32.to_le_bytes().to_vec();
+        bad_hello.extend_from_slice(b"NOT A HELLO FRAM");
+        let too_long = u32::MAX.to_le_bytes().to_vec();
+        let ends = [stranger(target, &bad_hello), stranger(target, &too_long)];
+        done.store(true, std::sync::atomic::Ordering::Release);
+        ends
+    });
+    let out = on_ranks_at(peers, DriverConfig::default(), move |mut c| {
+        let (mut rounds, mut after) = (0, 0);
+        // Collectives while the strangers come and go, and a few after;
+        // the last element carries each rank's "they are done", so that
+        // both ranks stop after the same collective.
+        while after < 3 {
+            let mut buf: Vec<f32> = (0..5000).map(|i| value(c.rank(), i)).collect();
+            buf.push(f32::from(u8::from(
+                strangers_done.load(std::sync::atomic::Ordering::Acquire),
+            )));
+            c.all_reduce(&mut buf, ReduceOp::Sum)?;
+            assert_eq!(buf[7], value(0, 7) + value(1, 7));
+            rounds += 1;
+            if buf[5000] > 0.0 {
+                after += 1;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        c.shutdown()?;
+        Ok::<_, Error>(rounds)
+    });
+    for (rank, r) in out.iter().enumerate() {
+        assert!(r.is_ok(), "rank {rank}: {r:?}");
+    }
+    for (k, end) in strangers.join().unwrap().into_iter().enumerate() {
+        match end {
+            Some(CloseReason::Peer {
+                app: true,
+                code: 1,
+                reason,
+            }) => {
+                let why = String::from_utf8_lossy(&reason);
+                let want = ["hello", "exceeds the limit"][k];
+                assert!(why.contains(want), "stranger {k}: {why}");
+            }
+            other => panic!("stranger {k}: expected a refusal, got {other:?}"),
+        }
+    }
 }
 
 #[test]

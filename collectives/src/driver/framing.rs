@@ -142,6 +142,18 @@ pub struct FrameReader {
 }
 
 impl FrameReader {
+    /// A reader that holds no buffer until a read asks for room (a link
+    /// that is closed keeps one of these).
+    pub fn empty(max_frame: usize) -> FrameReader {
+        FrameReader {
+            buf: Vec::new(),
+            start: 0,
+            end: 0,
+            max_frame,
+            moved: 0,
+        }
+    }
+
     pub fn new(max_frame: usize) -> FrameReader {
         FrameReader {
             buf: vec![0; 64 * 1024],

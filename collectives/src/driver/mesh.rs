@@ -87,6 +87,10 @@ impl Goodbye {
 /// 65535-element f32 chunk plus header), far below anything that could
 /// exhaust memory.
 const MAX_FRAME: usize = 16 << 20;
+
+/// Application close code for a connection that is not a rank of the job
+/// (its goodbye-carrying closes use 0).
+const REFUSED: u64 = 1;
 /// Stream bytes read from one link per turn, so one busy peer cannot
 /// starve the others.
 const READ_BUDGET: usize = 4 << 20;
@@ -115,8 +119,9 @@ struct Link {
     fin_received: bool,
     /// QUIC closed the connection.
     closed: bool,
-    /// The backend's liveness slot for `addr`.
-    slot: usize,
+    /// The backend's liveness slot for `addr`, once the link has a rank
+    /// (an accepted link's hello may never come).
+    slot: Option<usize>,
     out: FrameQueue,
     input: FrameReader,
     /// Engine message bytes queued on this connection (striping's share).
@@ -266,7 +271,7 @@ impl<B: Backend> Mesh<B> {
         rank: Option<usize>,
         stream: Option<u64>,
     ) -> usize {
-        let slot = self.io.watch(addr);
+        let slot = rank.map(|_| self.io.watch(addr));
         let idx = self.links.len();
         self.links.push(Link {
             conn,
@@ -404,7 +409,7 @@ impl<B: Backend> Mesh<B> {
             };
             debug!(rank = ?l.rank, from = %l.addr, to = %now, "peer moved");
             l.addr = now;
-            l.slot = self.io.rewatch(l.slot, now);
+            l.slot = l.slot.map(|slot| self.io.rewatch(slot, now));
         }
     }
 
@@ -490,8 +495,8 @@ impl<B: Backend> Mesh<B> {
             self.note_closed_ports(now);
         }
         for l in &self.links {
-            if let Some(r) = l.rank {
-                if self.io.take_heard(l.slot) {
+            if let (Some(r), Some(slot)) = (l.rank, l.slot) {
+                if self.io.take_heard(slot) {
                     self.last_heard[r] = now;
                     self.last_datagram[r] = Some(now);
                 }
@@ -505,6 +510,13 @@ impl<B: Backend> Mesh<B> {
             match ev {
                 Event::Established { conn, peer, .. } => match self.by_conn.get(&conn) {
                     Some(&i) => self.links[i].established = true,
+                    None if self.unidentified() >= self.world * self.conns_per_peer => {
+                        // More than every rank could open: not ranks.
+                        warn!(%peer, "refusing a connection: too many that have not said which rank they are");
+                        let _ = self
+                            .ep
+                            .close(conn, REFUSED, b"too many unidentified connections");
+                    }
                     None => {
                         // Accepted: the hello will say who it is.
                         let i = self.add_link(conn, peer, None, None);
@@ -546,7 +558,7 @@ impl<B: Backend> Mesh<B> {
                             });
                         }
                         None => {
-                            warn!(%peer, %reason, "unidentified connection closed");
+                            debug!(%peer, %reason, "unidentified connection closed");
                         }
                     }
                 }
@@ -625,12 +637,21 @@ impl<B: Backend> Mesh<B> {
             read += n;
             loop {
                 let link = &mut self.links[i];
-                let frame = link.input.next_frame().map_err(|t| Error::Framing {
-                    peer: link.addr.to_string(),
-                    reason: format!("frame of {} bytes exceeds the limit of {}", t.len, t.max),
-                })?;
-                let Some(frame) = frame else {
-                    break;
+                let frame = match link.input.next_frame() {
+                    Ok(Some(frame)) => frame,
+                    Ok(None) => break,
+                    Err(t) => {
+                        let reason =
+                            format!("frame of {} bytes exceeds the limit of {}", t.len, t.max);
+                        if link.rank.is_none() {
+                            self.refuse(i, &reason);
+                            return Ok(frames);
+                        }
+                        return Err(Error::Framing {
+                            peer: link.addr.to_string(),
+                            reason,
+                        });
+                    }
                 };
                 frames += 1;
                 self.counters.frames_received += 1;
@@ -647,16 +668,22 @@ impl<B: Backend> Mesh<B> {
                     }
                     None => {
                         let names = self.names_verified.then(|| self.ep.peer_names(conn));
-                        let from = parse_hello(frame, self.world, self.rank)
-                            .and_then(|rank| match &names {
-                                Some(names) => check_claim(rank, names).map(|()| rank),
-                                None => Ok(rank),
-                            })
-                            .map_err(|reason| Error::Framing {
-                                peer: link.addr.to_string(),
-                                reason,
-                            })?;
+                        let claim =
+                            parse_hello(frame, self.world, self.rank).and_then(
+                                |rank| match &names {
+                                    Some(names) => check_claim(rank, names).map(|()| rank),
+                                    None => Ok(rank),
+                                },
+                            );
+                        let from = match claim {
+                            Ok(rank) => rank,
+                            Err(reason) => {
+                                self.refuse(i, &reason);
+                                return Ok(frames);
+                            }
+                        };
                         link.rank = Some(from);
+                        link.slot = Some(self.io.watch(link.addr));
                         debug!(rank = from, addr = %link.addr, "peer identified");
                         self.peer_links[from].push(i);
                     }
@@ -671,6 +698,26 @@ impl<B: Backend> Mesh<B> {
             }
         }
         Ok(frames)
+    }
+
+    /// Closes accepted link `i`, which broke the protocol before saying
+    /// which rank it is: whoever it is, it is not a rank of this job, and
+    /// the job goes on (a rank that breaks it fails the collective).
+    fn refuse(&mut self, i: usize, reason: &str) {
+        let link = &mut self.links[i];
+        warn!(addr = %link.addr, reason, "refusing a connection that is not a rank of this job");
+        let _ = self.ep.close(link.conn, REFUSED, reason.as_bytes());
+        link.closed = true;
+        // Its buffer goes now; the link stays (indexes are kept).
+        link.input = FrameReader::empty(0);
+    }
+
+    /// Accepted links that are open and have not said which rank they are.
+    fn unidentified(&self) -> usize {
+        self.links
+            .iter()
+            .filter(|l| l.rank.is_none() && !l.closed)
+            .count()
     }
 
     /// Moves engine messages into link queues while the driver holds
