@@ -82,6 +82,8 @@ pub enum Error {
         waited_ms: u64,
         seq: u32,
     },
+    #[error("collective {seq} made no progress for {waited_ms} ms: no message of it moved to or from any rank, though every rank is heard; a rank has not entered it (every rank must run the same collectives, and DriverConfig::timeout must exceed how late a healthy rank may enter one)")]
+    NoProgress { seq: u32, waited_ms: u64 },
     #[error("connection to rank {rank} ({addr}) closed: {reason}")]
     PeerClosed {
         rank: usize,

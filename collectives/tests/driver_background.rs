@@ -259,3 +259,31 @@ fn a_ranks_lanes_run_on_the_progress_thread_too() {
         );
     }
 }
+
+/// A rank whose progress thread answers for it but which never enters the
+/// collective (uneven iteration counts, a rank stuck elsewhere): its
+/// peers hear it all along, so neither silence nor a stall names it, and
+/// the collective used to wait for ever. It fails after the timeout.
+#[test]
+fn a_collective_a_live_rank_never_enters_fails_after_the_timeout() {
+    let cfg = DriverConfig {
+        timeout: Duration::from_secs(1),
+        ..DriverConfig::default()
+    };
+    let out = on_ranks(2, cfg, |mut bg| {
+        let t = Instant::now();
+        if bg.rank() == 1 {
+            // Alive, answering pings, never calling in.
+            std::thread::sleep(Duration::from_secs(4));
+            return None;
+        }
+        let r = bg.all_reduce(vec![1.0; 1000], ReduceOp::Sum);
+        Some((r, t.elapsed()))
+    });
+    let (r, took) = out[0].as_ref().unwrap();
+    match r {
+        Err(Error::NoProgress { seq: 0, waited_ms }) => assert!(*waited_ms >= 1000),
+        other => panic!("expected no progress, got {other:?}"),
+    }
+    assert!(*took < Duration::from_millis(2500), "took {took:?}");
+}

@@ -654,7 +654,8 @@ impl<B: Backend> Communicator<B> {
     /// peers are never silent that long while they run the loop), and so
     /// does one to which what we send has been lost, not acknowledged,
     /// for that long though it is heard (a path that drops our packets:
-    /// nothing else would ever end the wait).
+    /// nothing else would ever end the wait), and so does a collective in
+    /// which no message moved for that long though every rank is heard.
     fn check_liveness(&mut self, now: Instant) -> Result<()> {
         if now < self.clock.next_ping {
             return Ok(());
@@ -681,6 +682,15 @@ impl<B: Backend> Communicator<B> {
                 addr: self.mesh.addr_of(rank).to_string(),
                 waited_ms: waited.as_millis() as u64,
                 seq,
+            });
+        }
+        // Every rank answers, and yet nothing of the collective moves: a
+        // rank whose progress thread runs has not entered it.
+        let idle = self.mesh.without_progress(now);
+        if idle >= timeout {
+            return Err(Error::NoProgress {
+                seq,
+                waited_ms: idle.as_millis() as u64,
             });
         }
         Ok(())

@@ -153,6 +153,8 @@ pub struct Mesh<B: Backend> {
     peers: Vec<SocketAddrV4>,
     /// When each rank was last heard from (any packet).
     last_heard: Vec<Instant>,
+    /// Frames moved and when that count last changed (`without_progress`).
+    progress_mark: (u64, Instant),
     /// When the running collective started (`reset_liveness`): stalls
     /// count from here at the earliest.
     liveness_from: Instant,
@@ -228,6 +230,7 @@ impl<B: Backend> Mesh<B> {
             peers,
             last_heard: vec![Instant::now(); world],
             liveness_from: Instant::now(),
+            progress_mark: (0, Instant::now()),
             departed: Vec::new(),
             closed: Vec::new(),
             last_datagram: vec![None; world],
@@ -452,9 +455,24 @@ impl<B: Backend> Mesh<B> {
     pub fn reset_liveness(&mut self) {
         let now = Instant::now();
         self.liveness_from = now;
+        self.progress_mark = (self.frames_moved(), now);
         for t in &mut self.last_heard {
             *t = (*t).max(now);
         }
+    }
+
+    /// How long no frame has moved, ours (queued) or a peer's (read),
+    /// counted from the running collective's start at the earliest.
+    pub fn without_progress(&mut self, now: Instant) -> Duration {
+        let moved = self.frames_moved();
+        if moved != self.progress_mark.0 {
+            self.progress_mark = (moved, now);
+        }
+        now.saturating_duration_since(self.progress_mark.1)
+    }
+
+    fn frames_moved(&self) -> u64 {
+        self.counters.frames_sent + self.counters.frames_received
     }
 
     /// Nothing of ours is waiting in the driver or the device queue.

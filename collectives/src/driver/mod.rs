@@ -57,7 +57,10 @@
 //!   [`Error::PeerLost`] within about a quarter second (also on our DPDK
 //!   stack, where nothing else but the timeout would tell). After such an
 //!   error the communicator refuses further work ([`Error::Failed`]).
-//!   `timeout` must exceed how late a healthy rank may enter a collective.
+//!   A collective in which no message moves for `timeout` though every
+//!   rank is heard (a rank whose progress thread answers for it has not
+//!   entered the collective) fails with [`Error::NoProgress`]: `timeout`
+//!   must exceed how late a healthy rank may enter a collective.
 //! * **To the GPU.** [`DevicePipeline`] all-reduces a step's buckets in
 //!   order and copies each reduced bucket to device memory while the next
 //!   one is on the wire (host-only without a GPU).
@@ -67,6 +70,7 @@
 //!
 //! [`Error::PeerTimeout`]: crate::Error::PeerTimeout
 //! [`Error::PeerStalled`]: crate::Error::PeerStalled
+//! [`Error::NoProgress`]: crate::Error::NoProgress
 //! [`Error::PeerClosed`]: crate::Error::PeerClosed
 //! [`Error::PeerLeft`]: crate::Error::PeerLeft
 //! [`Error::PeerGone`]: crate::Error::PeerGone
