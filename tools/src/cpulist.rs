@@ -9,13 +9,39 @@ pub fn parse_lcores_flag(list: &str) -> Result<Vec<u32>> {
     parse(list).map_err(|e| Error::Usage(format!("--lcores {list:?}: {e}")))
 }
 
+/// The most CPUs a list may name (ranges are capped at 4096 each; this
+/// caps what repeated ones add up to).
+const MAX_ENTRIES: usize = 1 << 16;
+
+/// The CPUs of `list`, sorted, each once.
 pub fn parse(list: &str) -> Result<Vec<u32>> {
+    let mut cpus = parse_as_written(list)?;
+    cpus.sort_unstable();
+    cpus.dedup();
+    Ok(cpus)
+}
+
+/// The CPUs of `list` in the order written ("7,2" is 7 then 2), for lists
+/// whose order means something (lane k runs on the k-th); a CPU named
+/// twice is an error.
+pub fn parse_in_order(list: &str) -> Result<Vec<u32>> {
+    let cpus = parse_as_written(list)?;
+    let mut seen = BTreeSet::new();
+    if let Some(twice) = cpus.iter().find(|&&c| !seen.insert(c)) {
+        return Err(Error::Usage(format!(
+            "lcore list '{list}' names CPU {twice} twice"
+        )));
+    }
+    Ok(cpus)
+}
+
+fn parse_as_written(list: &str) -> Result<Vec<u32>> {
     let bad = |why: &str| {
         Error::Usage(format!(
             "malformed lcore list '{list}': {why}; use DPDK syntax such as 2-7 or 0,2,4-5"
         ))
     };
-    let mut out = BTreeSet::new();
+    let mut out = Vec::new();
     if list.trim().is_empty() {
         return Err(bad("it is empty"));
     }
@@ -36,12 +62,13 @@ pub fn parse(list: &str) -> Result<Vec<u32>> {
                 }
                 out.extend(lo..=hi);
             }
-            None => {
-                out.insert(num(part)?);
-            }
+            None => out.push(num(part)?),
+        }
+        if out.len() > MAX_ENTRIES {
+            return Err(bad(&format!("it names more than {MAX_ENTRIES} CPUs")));
         }
     }
-    Ok(out.into_iter().collect())
+    Ok(out)
 }
 
 /// The CPUs the kernel has online.
@@ -103,6 +130,17 @@ mod tests {
                 "{bad}: {e}"
             );
         }
+    }
+
+    #[test]
+    fn an_ordered_list_keeps_the_order_written_and_refuses_repeats() {
+        assert_eq!(parse_in_order("7,2").unwrap(), vec![7, 2]);
+        assert_eq!(parse_in_order("1-3,0").unwrap(), vec![1, 2, 3, 0]);
+        let e = parse_in_order("2,0-3").unwrap_err().to_string();
+        assert!(e.contains("names CPU 2 twice"), "{e}");
+        let huge = vec!["0-4096"; 20].join(",");
+        let e = parse(&huge).unwrap_err().to_string();
+        assert!(e.contains("more than 65536 CPUs"), "{e}");
     }
 
     #[test]

@@ -324,6 +324,43 @@ fn wrong_elements_are_counted_exactly_under_i16_and_a_small_clip() {
     assert!(row["max_rel_err"].as_f64().unwrap() > 0.5, "{row}");
 }
 
+/// A size that is not a whole number of elements moves the whole ones
+/// below it, and the row says so (its bandwidth was computed on the
+/// bytes asked for, up to 50% too high); sizes below one f32, or -b
+/// above -e, are refused.
+#[test]
+fn sizes_are_whole_elements_and_impossible_ranges_are_refused() {
+    for (dtype, asked, moved, count) in [("f32", "6", 4, 1), ("bf16", "5", 4, 2)] {
+        let rows = rows(&[
+            "allreduce",
+            "--local-ranks",
+            "2",
+            "--dtype",
+            dtype,
+            "-b",
+            asked,
+            "-e",
+            asked,
+            "-n",
+            "1",
+            "-w",
+            "0",
+            "--json",
+        ]);
+        assert_eq!(rows[0]["bytes"], moved, "{dtype}: {}", rows[0]);
+        assert_eq!(rows[0]["count"], count, "{dtype}: {}", rows[0]);
+    }
+    for (flags, says) in [
+        (["-b", "2", "-e", "8"], "sizes must be at least 4 bytes"),
+        (["-b", "8", "-e", "4"], "-b 8 is larger than -e 4"),
+    ] {
+        let out = perf(&[&["allreduce", "--local-ranks", "2"][..], &flags[..]].concat());
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{flags:?}");
+        assert!(stderr.contains(says), "{flags:?}: {stderr}");
+    }
+}
+
 #[test]
 fn lanes_split_large_buckets_and_keep_results_exact() {
     // Two lanes with parts of at least 256 KiB split buckets from 512 KiB
@@ -530,7 +567,8 @@ fn a_progress_thread_runs_the_collective_during_the_callers_computation() {
 
 #[test]
 fn lanes_run_on_the_cpus_given() {
-    // A lone rank's lanes go to the CPUs of --lcores, one each; with
+    // A lone rank's lanes go to the CPUs of --lcores, one each, in the
+    // order given (lane k on the k-th: "1,0" puts lane 0 on CPU 1); with
     // --local-ranks, a rank's lanes go to CPUs of their own while there
     // are enough (rank i's lane k on the (i + k x ranks)-th).
     let port = std::net::TcpListener::bind("0.0.0.0:0")
@@ -539,7 +577,7 @@ fn lanes_run_on_the_cpus_given() {
         .unwrap()
         .port();
     let out = Command::new(PERF)
-        .args(["allreduce", "--lanes", "2", "--lcores", "0,1"])
+        .args(["allreduce", "--lanes", "2", "--lcores", "1,0"])
         .args(["-b", "4M", "-e", "4M", "-n", "2", "-w", "0", "--json"])
         .env("RANK", "0")
         .env("WORLD_SIZE", "1")
@@ -549,7 +587,7 @@ fn lanes_run_on_the_cpus_given() {
         .unwrap();
     let lone = common::json_rows(&out);
     assert_eq!(lone[0]["lanes"], 2, "{lone:?}");
-    assert_eq!(lone[0]["lane_cpus"], serde_json::json!([0, 1]), "{lone:?}");
+    assert_eq!(lone[0]["lane_cpus"], serde_json::json!([1, 0]), "{lone:?}");
     common::assert_two_lanes_on_their_own_cpus("udp");
 }
 

@@ -9,8 +9,17 @@ const PERF: &str = env!("CARGO_BIN_EXE_ainftp-perf");
 
 /// A server mode on 127.0.0.1:0, and the address it says it bound.
 fn start_server(mode: &str, says: &str) -> (Child, BufReader<ChildStderr>, String) {
+    start_server_with(mode, says, &["--duration", "60"])
+}
+
+fn start_server_with(
+    mode: &str,
+    says: &str,
+    flags: &[&str],
+) -> (Child, BufReader<ChildStderr>, String) {
     let mut child = Command::new(PERF)
-        .args([mode, "--bind", "127.0.0.1:0", "--duration", "60", "--json"])
+        .args([mode, "--bind", "127.0.0.1:0", "--json"])
+        .args(flags)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -87,11 +96,29 @@ fn pingpong_against_the_echo_counts_every_round_trip_in_ordered_percentiles() {
     );
     // Loopback round trips: far below the 1 s a probe may take.
     assert!(q("p50_us") < 100_000.0, "{j}");
+    // Past a 1500-byte MTU too (the echo dropped these unanswered).
+    let big = run_json(&[
+        "udp-pingpong",
+        "--target",
+        &addr,
+        "--count",
+        "50",
+        "--warmup",
+        "0",
+        "--size",
+        "65000",
+        "--json",
+    ]);
+    assert_eq!(
+        (big["count"].as_u64(), big["lost"].as_u64()),
+        (Some(50), Some(0)),
+        "{big}"
+    );
 
     let summary = stop_server(echo);
     // Every probe, warm-up included, came in once and went back once.
-    assert_eq!(summary["rx"], 320, "{summary}");
-    assert_eq!(summary["tx"], 320, "{summary}");
+    assert_eq!(summary["rx"], 370, "{summary}");
+    assert_eq!(summary["tx"], 370, "{summary}");
     assert_eq!(summary["drops"], 0, "{summary}");
 }
 
@@ -132,4 +159,25 @@ fn tcp_client_against_no_server_fails_with_the_target_named() {
     assert!(!out.status.success(), "{stderr}");
     assert!(stderr.contains(&target), "{stderr}");
     assert!(!stderr.contains("panicked"), "{stderr}");
+}
+
+/// Servers run until they are told to stop, as iperf3 -s does: they used
+/// to leave after 10 s by default, in the middle of a client's run.
+#[test]
+fn servers_without_a_duration_run_until_a_signal() {
+    let (echo, _stderr, addr) = start_server_with("udp-echo", "udp echo on ", &[]);
+    std::thread::sleep(std::time::Duration::from_secs(11));
+    let j = run_json(&[
+        "udp-pingpong",
+        "--target",
+        &addr,
+        "--count",
+        "10",
+        "--warmup",
+        "0",
+        "--json",
+    ]);
+    assert_eq!(j["lost"], 0, "{j}");
+    let summary = stop_server(echo);
+    assert_eq!(summary["rx"], 10, "{summary}");
 }

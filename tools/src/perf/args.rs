@@ -228,10 +228,11 @@ pub struct PerfArgs {
     #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u16).range(60..=2048))]
     pub pkt_size: u16,
 
-    /// Seconds to run: packet modes and servers (0: until Ctrl-C). Clients
-    /// end when their --count or --bytes is done.
-    #[arg(long, default_value_t = 10.0, value_parser = crate::seconds::parse, allow_negative_numbers = true)]
-    pub duration: f64,
+    /// Seconds to run: packet modes (default 10) and servers (default: until
+    /// Ctrl-C or SIGTERM, as iperf3 -s; 0 too). Clients end when their
+    /// --count or --bytes is done.
+    #[arg(long, value_parser = crate::seconds::parse, allow_negative_numbers = true)]
+    pub duration: Option<f64>,
 
     /// Seconds between statistics prints (0: only the summary).
     #[arg(long, default_value_t = 1.0, value_parser = crate::seconds::parse, allow_negative_numbers = true)]
@@ -488,6 +489,20 @@ pub struct PerfArgs {
     /// Extra EAL arguments.
     #[arg(last = true, value_name = "EAL_ARGS")]
     pub eal_args: Vec<String>,
+}
+
+impl PerfArgs {
+    /// Seconds a packet mode runs (`--duration`, default 10; 0: until a
+    /// signal).
+    pub fn packet_duration(&self) -> f64 {
+        self.duration.unwrap_or(10.0)
+    }
+
+    /// Seconds a server runs (`--duration`; by default, and at 0, until a
+    /// signal).
+    pub fn server_duration(&self) -> f64 {
+        self.duration.unwrap_or(0.0)
+    }
 }
 
 /// Most `--conns`: tcp-client runs a thread per connection, and the QUIC

@@ -90,7 +90,9 @@ pub fn run(args: &PerfArgs) -> Result<Summary> {
         ports: ports.clone(),
         drops,
         stop: stop.clone(),
-        duration: (args.duration > 0.0).then(|| Duration::from_secs_f64(args.duration)),
+        duration: Some(args.packet_duration())
+            .filter(|&s| s > 0.0)
+            .map(Duration::from_secs_f64),
         period: (args.stats_period > 0.0).then(|| Duration::from_secs_f64(args.stats_period)),
         mode: args.mode,
     };

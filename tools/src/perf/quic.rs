@@ -326,7 +326,7 @@ pub fn server(args: &PerfArgs) -> Result<serde_json::Value> {
     let (cfg, _certs) = quic_config(args, "server")?;
     // Fail on a bad config here, with a clear line, not in the lcore.
     Endpoint::<stack::io::heap::HeapDatagram>::server(cfg.clone(), 0, 1472).map_err(quic_err)?;
-    let stop = stop_flag(args.duration)?;
+    let stop = stop_flag(args.server_duration())?;
     let served = run_endpoint(args, cfg, true, Some(bind), None, stop, |slot| {
         // Once bound, so that port 0 shows the port the kernel chose.
         if slot.index == 0 {
@@ -573,6 +573,13 @@ fn connection_locals(
     Ok(locals)
 }
 
+/// Lcore `index`'s part of `total` split over `parts` lcores, the first
+/// ones taking one more where it does not divide.
+fn share(total: u64, index: usize, parts: usize) -> u64 {
+    let parts = parts.max(1) as u64;
+    total / parts + u64::from((index as u64) < total % parts)
+}
+
 /// Bulk goodput or request/response latency against `--target`.
 pub fn client(args: &PerfArgs) -> Result<serde_json::Value> {
     let target = addr("--target", &args.target)?;
@@ -590,6 +597,17 @@ pub fn client(args: &PerfArgs) -> Result<serde_json::Value> {
         // Every lcore counts itself in before any of them runs.
         running.fetch_add(1, Ordering::Relaxed);
         let locals = connection_locals(slot, conns, target, transport == Transport::Dpdk)?;
+        // --count and --warmup are the run's, split over the lcores that
+        // have connections (each measured them all before).
+        let with_conns = slot.lcores.min(conns);
+        let count = share(count, slot.index, with_conns);
+        let warmup = share(warmup, slot.index, with_conns);
+        if test == QuicTest::Rr && !locals.is_empty() && count == 0 {
+            return Err(Error::Usage(format!(
+                "--count {}: fewer round trips than the {with_conns} lcores with connections (each measures at least one)",
+                args.count
+            )));
+        }
         Ok(Client {
             target,
             rr_by_conn: vec![0; locals.len()],
@@ -752,4 +770,19 @@ pub fn check_certs(dir: &Option<PathBuf>) -> Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::share;
+
+    #[test]
+    fn a_count_split_over_lcores_adds_up_to_the_count() {
+        for (total, parts) in [(10_000, 2), (10_001, 2), (7, 3), (3, 4), (0, 2), (5, 1)] {
+            let shares: Vec<u64> = (0..parts).map(|i| share(total, i, parts)).collect();
+            assert_eq!(shares.iter().sum::<u64>(), total, "{total} over {parts}");
+            let (lo, hi) = (shares.iter().min().unwrap(), shares.iter().max().unwrap());
+            assert!(hi - lo <= 1, "{total} over {parts}: {shares:?}");
+        }
+    }
 }

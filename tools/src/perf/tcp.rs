@@ -26,7 +26,7 @@ pub fn server(args: &PerfArgs) -> Result<serde_json::Value> {
     crate::eline!("ainftp-perf: tcp server on {bound}");
     // A signal handler, not the default action: shells start background
     // jobs with SIGINT ignored.
-    let stop = stop_flag(args.duration)?;
+    let stop = stop_flag(args.server_duration())?;
     listener
         .set_nonblocking(true)
         .map_err(|e| Error::Io("listener".into(), e))?;

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use hdrhistogram::Histogram;
 use serde_json::json;
 use stack::counters::SharedCounters;
-use stack::io::kernel::{KernelUdp, KernelUdpConfig};
+use stack::io::kernel::{KernelUdp, KernelUdpConfig, MAX_UDP_PAYLOAD_V4};
 use stack::runtime::{self, Echo, Services};
 
 use super::args::PerfArgs;
@@ -45,9 +45,15 @@ pub(crate) fn stop_flag(duration: f64) -> Result<Arc<AtomicBool>> {
 /// Serve UDP echo on kernel sockets until the duration ends or a signal.
 pub fn echo(args: &PerfArgs) -> Result<serde_json::Value> {
     let bind = addr("--bind", &args.bind)?;
-    let mut io = KernelUdp::bind(bind, KernelUdpConfig::default())
-        .map_err(|e| Error::Usage(format!("--bind {bind}: {e}")))?;
-    let stop = stop_flag(args.duration)?;
+    // Any datagram a pinger may send (--size up to 65000), not just what
+    // fits a 1500-byte MTU: a bigger one was dropped unanswered.
+    let cfg = KernelUdpConfig {
+        max_payload: MAX_UDP_PAYLOAD_V4,
+        ..KernelUdpConfig::default()
+    };
+    let mut io =
+        KernelUdp::bind(bind, cfg).map_err(|e| Error::Usage(format!("--bind {bind}: {e}")))?;
+    let stop = stop_flag(args.server_duration())?;
     let mut services = Services::new();
     services.listen(io.local_addr().port(), Box::new(Echo));
     let idle = args.idle.into();
@@ -77,7 +83,7 @@ pub fn pingpong(args: &PerfArgs) -> Result<serde_json::Value> {
     let stop = stop_flag(0.0)?;
     let mut hist = Histogram::<u64>::new_with_bounds(1, 10_000_000_000, 3).expect("valid bounds");
     let mut payload = vec![0u8; args.size as usize];
-    let mut buf = vec![0u8; 2048];
+    let mut buf = vec![0u8; MAX_UDP_PAYLOAD_V4];
     let (mut lost, mut stray, mut lost_in_a_row) = (0u64, 0u64, 0u32);
     let total = args.warmup + args.count;
     for seq in 0..total {

@@ -128,7 +128,8 @@ fn lane_cpus(args: &PerfArgs) -> Result<Vec<Option<usize>>> {
             }
         });
     };
-    let cpus = crate::cpulist::parse_lcores_flag(list)?;
+    let cpus = crate::cpulist::parse_in_order(list)
+        .map_err(|e| Error::Usage(format!("--lcores {list:?}: {e}")))?;
     if cpus.len() != lanes {
         return Err(Error::Usage(format!(
             "--lcores {list:?} names {} CPU(s) for {lanes} lane(s): give one per lane (lane k runs on the k-th)",
@@ -519,7 +520,9 @@ fn measure<B: LaneBackend>(
 where
     B::Buf: Send,
 {
+    // Whole elements, as nccl-tests does: the row reports what moved.
     let count = (bytes / check::elem_bytes(args.dtype)) as usize;
+    let bytes = count as u64 * check::elem_bytes(args.dtype);
     let coll = collective(args);
     let facts = lane_facts(comm, coll.op, count)?;
     let (rank, world) = (facts.rank, facts.world);
