@@ -84,6 +84,13 @@ pub enum Error {
     },
     #[error("collective {seq} made no progress for {waited_ms} ms: no message of it moved to or from any rank, though every rank is heard; a rank has not entered it (every rank must run the same collectives, and DriverConfig::timeout must exceed how late a healthy rank may enter one)")]
     NoProgress { seq: u32, waited_ms: u64 },
+    #[error("shut down after waiting {waited_ms} ms for rank {rank} ({addr}) to finish: it has not finished its stream, so it may still need data from this rank, which completed {completed} collective(s) (a slower rank still at work, or one that runs more collectives)")]
+    PeerUnfinished {
+        rank: usize,
+        addr: String,
+        waited_ms: u64,
+        completed: u32,
+    },
     #[error("connection to rank {rank} ({addr}) closed: {reason}")]
     PeerClosed {
         rank: usize,
@@ -129,6 +136,7 @@ impl Error {
     pub fn peer_at_fault(&self) -> Option<usize> {
         match self {
             Error::PeerTimeout { rank, .. }
+            | Error::PeerUnfinished { rank, .. }
             | Error::PeerStalled { rank, .. }
             | Error::PeerClosed { rank, .. }
             | Error::PeerGone { rank, .. }

@@ -551,6 +551,36 @@ fn a_rank_that_runs_fewer_collectives_is_named_at_once() {
 }
 
 #[test]
+fn a_shutdown_that_waits_out_a_busy_peer_says_it_has_not_finished() {
+    // Rank 0 computes (does not call in) while rank 1 shuts down: rank 1
+    // waits its timeout for rank 0 to finish and says so, not that rank 0
+    // "sent nothing during collective 1" (it ran none).
+    let cfg = DriverConfig {
+        timeout: Duration::from_millis(500),
+        ..DriverConfig::default()
+    };
+    let out = on_ranks(2, cfg, |mut c| {
+        let mut buf = vec![1.0f32; 1000];
+        c.all_reduce(&mut buf, ReduceOp::Sum).unwrap();
+        if c.rank() == 0 {
+            std::thread::sleep(Duration::from_millis(1500));
+            drop(c);
+            return None;
+        }
+        Some(c.shutdown())
+    });
+    match &out[1] {
+        Some(Err(Error::PeerUnfinished {
+            rank: 0,
+            completed: 1,
+            waited_ms: 500,
+            ..
+        })) => {}
+        other => panic!("rank 1: expected rank 0 unfinished, got {other:?}"),
+    }
+}
+
+#[test]
 fn the_rendezvous_and_the_connections_share_one_connect_timeout() {
     // Rank 1 checks in late (1.5 s) with an address where a socket sits
     // that never answers: rank 0 must give up when its 3 s budget is

@@ -456,14 +456,17 @@ impl<B: Backend> Communicator<B> {
         }
         let id = h.0;
         self.drive_until(|c| c.done.contains_key(&id))?;
+        let result = self.done.remove(&id).expect("checked");
         // Our last messages leave before the caller goes away (bounded:
-        // they also leave with the next call).
+        // they also leave with the next call). A failure meanwhile is the
+        // next call's to report: this result is whole, and the handle is
+        // spent, so it must not be lost.
         if self.queue.is_empty() {
             let until = Instant::now() + self.cfg.timeout;
-            self.drive_until(|c| c.quiet() || Instant::now() > until)?;
+            let _ = self.drive_until(|c| c.quiet() || Instant::now() > until);
         }
         self.wakeups += 1;
-        self.done.remove(&id).expect("checked")
+        result
     }
 
     /// Leaves the mesh cleanly: our last data goes out, and every peer
@@ -483,11 +486,11 @@ impl<B: Backend> Communicator<B> {
         self.failed = Some(Error::Transport("shut down".into()));
         match unfinished.first() {
             None => Ok(()),
-            Some(&rank) => Err(Error::PeerTimeout {
+            Some(&rank) => Err(Error::PeerUnfinished {
                 rank,
                 addr: self.mesh.addr_of(rank).to_string(),
                 waited_ms: self.cfg.timeout.as_millis() as u64,
-                seq: self.engine.seq(),
+                completed: self.engine.completed_seq(),
             }),
         }
     }
