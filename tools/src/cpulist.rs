@@ -78,13 +78,44 @@ pub fn online_cpus() -> Result<Vec<u32>> {
     parse(text.trim())
 }
 
-/// Check that every lcore is an online CPU, with an error that lists them.
+/// The online CPUs this process may run on: a container's cpuset, a
+/// cgroup or `taskset` may allow fewer than are online, and DPDK cannot
+/// pin an lcore to any other.
+pub fn usable_cpus() -> Result<Vec<u32>> {
+    let online = online_cpus()?;
+    let allowed = allowed_cpus();
+    if allowed.is_empty() {
+        return Ok(online);
+    }
+    Ok(online.into_iter().filter(|c| allowed.contains(c)).collect())
+}
+
+/// This process's CPU affinity (empty if it cannot be read).
+fn allowed_cpus() -> Vec<u32> {
+    let mut cpus: Vec<u32> = core_affinity::get_core_ids()
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|c| u32::try_from(c.id).ok())
+        .collect();
+    cpus.sort_unstable();
+    cpus
+}
+
+/// Check that every lcore is an online CPU this process may run on, with
+/// an error that lists the ones it may use.
 pub fn check_online(lcores: &[u32]) -> Result<()> {
     let online = online_cpus()?;
     if let Some(missing) = lcores.iter().find(|c| !online.contains(c)) {
         return Err(Error::Usage(format!(
             "lcore {missing} is not an online CPU of this machine (online: {}); choose --lcores among them",
             format_list(&online)
+        )));
+    }
+    let usable = usable_cpus()?;
+    if let Some(barred) = lcores.iter().find(|c| !usable.contains(c)) {
+        return Err(Error::Usage(format!(
+            "lcore {barred} is online, but this process may not run on it (its CPU affinity allows {}: a container, cgroup or taskset limits it); choose --lcores among those",
+            format_list(&usable)
         )));
     }
     Ok(())

@@ -77,9 +77,10 @@ pub fn init(opts: &EalOptions) -> Result<Eal> {
     Ok(Eal::init(eal_args(opts))?)
 }
 
-/// The default lcore list: the first two online CPUs (main + one worker).
+/// The default lcore list: the first two CPUs this process may run on
+/// (main + one worker).
 pub fn default_lcores() -> Result<Vec<u32>> {
-    Ok(cpulist::online_cpus()?.into_iter().take(2).collect())
+    Ok(cpulist::usable_cpus()?.into_iter().take(2).collect())
 }
 
 #[cfg(test)]

@@ -161,6 +161,40 @@ fn single_lcore_forwards_and_reports() {
     assert!(last_json(&out)["total_tx_pps"].as_f64().unwrap() > 100_000.0);
 }
 
+/// Under taskset (or in a container's cpuset) the process may run on
+/// fewer CPUs than are online: the default lcores come from those, and an
+/// lcore outside them is named with the ones allowed. Both used to end in
+/// DPDK failing to pin the thread ("cannot set affinity").
+#[test]
+fn lcores_are_taken_from_the_cpus_this_process_may_run_on() {
+    let on_cpu_1 = |args: &[&str]| {
+        Command::new("taskset")
+            .args(["-c", "1", PERF])
+            .args(args)
+            .output()
+            .expect("run taskset")
+    };
+    let out = on_cpu_1(&[
+        "macswap",
+        "--vdev",
+        "net_null0",
+        "--duration",
+        "0.5",
+        "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(last_json(&out)["total_tx_pps"].as_f64().unwrap() > 100_000.0);
+    let out = on_cpu_1(&["macswap", "--vdev", "net_null0", "--lcores", "0"]);
+    assert_one_line_error(
+        &out,
+        "lcore 0 is online, but this process may not run on it (its CPU affinity allows 1",
+    );
+}
+
 #[test]
 fn gpu_mode_without_a_gpu_says_so_in_one_line() {
     // SAFETY: only tries to dlopen libcuda.

@@ -325,3 +325,55 @@ fn a_host_firewall_that_drops_bridged_frames_does_not_reach_the_ranks() {
         "virtual network left behind"
     );
 }
+
+/// Ctrl-C at any point of a local DPDK run (building the virtual network,
+/// starting the ranks, mid-run) stops the ranks and removes the network:
+/// the handler used to be installed only after the network was built, so
+/// a signal meanwhile killed the tool and left its links and namespaces.
+#[test]
+fn an_interrupted_dpdk_run_leaves_no_virtual_network_whenever_the_signal_comes() {
+    for delay_ms in [30, 120, 400, 2000] {
+        let mut child = Command::new(common::PERF)
+            .args(["allreduce", "--local-ranks", "3", "--lanes", "2"])
+            .args([
+                "--transport",
+                "dpdk",
+                "-b",
+                "16M",
+                "-e",
+                "16M",
+                "-n",
+                "1000",
+            ])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(delay_ms));
+        let pid = child.id();
+        Command::new("kill")
+            .args(["-INT", &pid.to_string()])
+            .status()
+            .unwrap();
+        let t = Instant::now();
+        let status = loop {
+            if let Some(s) = child.try_wait().unwrap() {
+                break s;
+            }
+            assert!(
+                t.elapsed() < Duration::from_secs(30),
+                "{delay_ms} ms: still running 30 s after SIGINT"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        assert!(
+            !status.success(),
+            "{delay_ms} ms: an interrupted run succeeded"
+        );
+        assert_eq!(
+            links_left(pid),
+            Vec::<String>::new(),
+            "{delay_ms} ms: virtual network left behind"
+        );
+    }
+}

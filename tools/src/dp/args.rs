@@ -35,7 +35,7 @@ pub struct DpArgs {
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
 
-    /// CPUs to run on, one poll loop each, e.g. 2-7 or 0,2 [default: the first two online CPUs].
+    /// CPUs to run on, one poll loop each, e.g. 2-7 or 0,2 [default: the first two CPUs this process may run on].
     #[arg(long, value_name = "LIST")]
     pub lcores: Option<String>,
 

@@ -210,9 +210,9 @@ pub struct PerfArgs {
     #[arg(long = "vdev", value_name = "SPEC")]
     pub vdev: Vec<String>,
 
-    /// Lcores in DPDK syntax (2-7, 0,2,4). Default: the first two online
-    /// CPUs (quic-*: the first one; collectives: one CPU per lane, in
-    /// order, see --lanes).
+    /// Lcores in DPDK syntax (2-7, 0,2,4). Default: the first two CPUs this
+    /// process may run on (quic-*: the first one; collectives: one CPU per
+    /// lane, in order, see --lanes).
     #[arg(long, value_name = "LIST")]
     pub lcores: Option<String>,
 
@@ -459,7 +459,7 @@ pub struct PerfArgs {
     /// (--transport dpdk: its own port, the k-th of --pci then --vdev, with
     /// the k-th --ip), QUIC connections and thread (pinned to its own CPU
     /// with --local-ranks, else to the k-th CPU of --lcores, which then
-    /// names one per lane; on DPDK by default the first online CPUs;
+    /// names one per lane; on DPDK by default the first CPUs it may run on;
     /// MASTER_PORT + k is lane k's rendezvous). Every rank must use the
     /// same value.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]

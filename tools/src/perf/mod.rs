@@ -29,6 +29,13 @@ use report::{Snapshot, Summary};
 /// summary; the periodic statistics are printed on the way.
 pub fn run(args: &PerfArgs) -> Result<Summary> {
     validate(args)?;
+    // Before DPDK starts: a signal while it sets up (or waits for links)
+    // ends the run through the same cleanup (EAL files, ports), not at once.
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(sig, stop.clone())
+            .map_err(|e| Error::Io("installing the signal handler".into(), e))?;
+    }
     let lcores = match &args.lcores {
         Some(list) => cpulist::parse(list)?,
         None => eal_setup::default_lcores()?,
@@ -62,7 +69,7 @@ pub fn run(args: &PerfArgs) -> Result<Summary> {
         .map(|d| Port::open(&eal, d, &cfg, &pool))
         .collect::<std::result::Result<Vec<_>, _>>()?;
 
-    wait_for_links(&ports, Duration::from_secs_f64(args.link_wait));
+    wait_for_links(&ports, Duration::from_secs_f64(args.link_wait), &stop);
     let drops: DropCounters = Arc::new(
         (0..ports.len())
             .map(|_| CachePadded::new(AtomicU64::new(0)))
@@ -70,11 +77,6 @@ pub fn run(args: &PerfArgs) -> Result<Summary> {
     );
     let streams = build_streams(args, &ports)?;
     let per_lcore = spread(streams, fwd_lcores);
-    let stop = Arc::new(AtomicBool::new(false));
-    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        signal_hook::flag::register(sig, stop.clone())
-            .map_err(|e| Error::Io("installing the signal handler".into(), e))?;
-    }
     print_banner(args, &ports, &per_lcore, &workers, eal.main_lcore());
 
     let engine = Arc::new(Engine {
@@ -143,9 +145,12 @@ fn validate(args: &PerfArgs) -> Result<()> {
 }
 
 /// Wait until every link is up (memif and tap links come up after start).
-fn wait_for_links(ports: &[Port], limit: Duration) {
+fn wait_for_links(ports: &[Port], limit: Duration, stop: &AtomicBool) {
     let deadline = Instant::now() + limit;
     while let Some(down) = ports.iter().find(|p| !p.link().up) {
+        if stop.load(std::sync::atomic::Ordering::Relaxed) {
+            return;
+        }
         if Instant::now() >= deadline {
             tracing::warn!(
                 port = down.name(),

@@ -3,7 +3,7 @@
 
 use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
@@ -92,12 +92,16 @@ fn free_ports(count: usize) -> Result<u16> {
 /// Starts the ranks (rank r with `rank_args(r)` before our own arguments)
 /// and waits for all of them; the rendezvous ports of `lanes` lanes are
 /// checked free first. Rank r is told to pin itself to the r-th of
-/// the CPUs this process may run on (round robin). Once one fails, the others get `grace` to
-/// fail on their own (they report the cause) before they are killed.
+/// the CPUs this process may run on (round robin). Once one fails, the
+/// others get `grace` to fail on their own (they report the cause) before
+/// they are killed. `interrupted` (a signal, installed by the caller
+/// before it built anything to clean up) stops the ranks and returns, so
+/// the caller's cleanup (the virtual network of --transport dpdk) runs.
 pub fn spawn_ranks(
     n: usize,
     lanes: usize,
     grace: Duration,
+    interrupted: &AtomicBool,
     rank_args: impl Fn(usize) -> Vec<String>,
 ) -> Result<()> {
     let port = free_ports(lanes)?;
@@ -110,7 +114,7 @@ pub fn spawn_ranks(
         .collect();
     let mut children: Vec<(usize, Child)> = Vec::with_capacity(n);
     for r in 0..n {
-        let child = Command::new(&exe)
+        let spawned = Command::new(&exe)
             .args(rank_args(r))
             .args(&args)
             .env("RANK", r.to_string())
@@ -128,21 +132,21 @@ pub fn spawn_ranks(
             } else {
                 Stdio::null()
             })
-            .spawn()
-            .map_err(|e| Error::Io(format!("starting rank {r}"), e))?;
-        children.push((r, child));
+            .spawn();
+        match spawned {
+            Ok(child) => children.push((r, child)),
+            Err(e) => {
+                // The ranks already started would wait for this one.
+                stop_all(&mut children);
+                return Err(Error::Io(format!("starting rank {r}"), e));
+            }
+        }
     }
-    // A signal stops the ranks and returns, so the caller's cleanup (the
-    // virtual network of --transport dpdk) still runs.
-    let interrupted = crate::perf::udp::stop_flag(0.0)?;
     let mut failures = Vec::new();
     let mut kill_at: Option<Instant> = None;
     while !children.is_empty() {
         if interrupted.load(Ordering::Relaxed) {
-            for (_, c) in &mut children {
-                let _ = c.kill();
-                let _ = c.wait();
-            }
+            stop_all(&mut children);
             return Err(Error::Usage("interrupted; ranks stopped".into()));
         }
         let mut i = 0;
@@ -160,12 +164,10 @@ pub fn spawn_ranks(
             }
         }
         if kill_at.is_some_and(|t| Instant::now() > t) {
-            for (r, c) in &mut children {
-                let _ = c.kill();
-                let _ = c.wait();
+            for (r, _) in &children {
                 failures.push(format!("rank {r} killed after the others failed"));
             }
-            children.clear();
+            stop_all(&mut children);
         }
         std::thread::sleep(Duration::from_millis(10));
     }
@@ -174,4 +176,13 @@ pub fn spawn_ranks(
     } else {
         Err(Error::Usage(failures.join("; ")))
     }
+}
+
+/// Kills and reaps every rank in `children`.
+fn stop_all(children: &mut Vec<(usize, Child)>) {
+    for (_, c) in children.iter_mut() {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+    children.clear();
 }

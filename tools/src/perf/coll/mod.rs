@@ -121,7 +121,7 @@ fn lane_cpus(args: &PerfArgs) -> Result<Vec<Option<usize>>> {
         return Ok(match args.transport {
             Transport::Udp => vec![None; lanes],
             Transport::Dpdk => {
-                let online = crate::cpulist::online_cpus()?;
+                let online = crate::cpulist::usable_cpus()?;
                 (0..lanes)
                     .map(|k| Some(online[k % online.len()] as usize))
                     .collect()
@@ -142,8 +142,13 @@ fn lane_cpus(args: &PerfArgs) -> Result<Vec<Option<usize>>> {
 
 fn spawn_local(args: &PerfArgs, n: usize) -> Result<()> {
     let grace = Duration::from_secs_f64(args.timeout) + Duration::from_secs(10);
+    // Before the virtual network exists: a signal while it is built ends
+    // the run through its cleanup, not with the links left behind.
+    let interrupted = crate::perf::udp::stop_flag(0.0)?;
     match args.transport {
-        Transport::Udp => local::spawn_ranks(n, args.lanes as usize, grace, |_| Vec::new()),
+        Transport::Udp => {
+            local::spawn_ranks(n, args.lanes as usize, grace, &interrupted, |_| Vec::new())
+        }
         Transport::Dpdk => {
             // net_af_xdp cannot take an arena pool; net_af_packet copies
             // each frame into whatever pool it is given.
@@ -152,8 +157,8 @@ fn spawn_local(args: &PerfArgs, n: usize) -> Result<()> {
                 false => vnet::Pmd::AfXdp,
             };
             let net = vnet::VirtualNet::create(n, args.lanes as usize, pmd, args.mtu)?;
-            let cpus = crate::cpulist::online_cpus()?;
-            local::spawn_ranks(n, args.lanes as usize, grace, |r| {
+            let cpus = crate::cpulist::usable_cpus()?;
+            local::spawn_ranks(n, args.lanes as usize, grace, &interrupted, |r| {
                 net.rank_args(r, cpus[r % cpus.len()])
             })
         }
