@@ -141,6 +141,16 @@ fn io_on_net_null_forwards_and_ends_with_a_json_summary() {
     );
 }
 
+/// A macswap run that succeeded and moved packets.
+fn assert_forwarded(out: &Output) {
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(last_json(out)["total_tx_pps"].as_f64().unwrap() > 100_000.0);
+}
+
 #[test]
 fn single_lcore_forwards_and_reports() {
     let out = perf(&[
@@ -153,12 +163,7 @@ fn single_lcore_forwards_and_reports() {
         "0.5",
         "--json",
     ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(last_json(&out)["total_tx_pps"].as_f64().unwrap() > 100_000.0);
+    assert_forwarded(&out);
 }
 
 /// Under taskset (or in a container's cpuset) the process may run on
@@ -182,12 +187,7 @@ fn lcores_are_taken_from_the_cpus_this_process_may_run_on() {
         "0.5",
         "--json",
     ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(last_json(&out)["total_tx_pps"].as_f64().unwrap() > 100_000.0);
+    assert_forwarded(&out);
     let out = on_cpu_1(&["macswap", "--vdev", "net_null0", "--lcores", "0"]);
     assert_one_line_error(
         &out,

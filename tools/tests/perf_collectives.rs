@@ -231,32 +231,35 @@ fn other_collectives_match_their_references() {
     check_rows(&rows, 1e-6, true);
 }
 
+/// One 64 KiB i16 reduce-scatter over 2 local ranks with `--clip clip`.
+fn i16_reduce_scatter_clipped_at(clip: &str) -> Output {
+    perf(&[
+        "reduce_scatter",
+        "--local-ranks",
+        "2",
+        "-b",
+        "64K",
+        "-e",
+        "64K",
+        "-n",
+        "1",
+        "-w",
+        "0",
+        "--codec",
+        "i16",
+        "--clip",
+        clip,
+        "--json",
+    ])
+}
+
 /// `--clip C` reaches the engine: inputs in [-8, 8) pass a clip of 8
 /// untouched, and a clip of 4 clamps them, so the run no longer matches
 /// its unclipped reference and fails. (The mode is given the way,
 /// `reduce_scatter`, an alias of reduce-scatter.)
 #[test]
 fn the_i16_clip_bound_is_applied_to_every_contribution() {
-    let run = |clip: &str| {
-        perf(&[
-            "reduce_scatter",
-            "--local-ranks",
-            "2",
-            "-b",
-            "64K",
-            "-e",
-            "64K",
-            "-n",
-            "1",
-            "-w",
-            "0",
-            "--codec",
-            "i16",
-            "--clip",
-            clip,
-            "--json",
-        ])
-    };
+    let run = i16_reduce_scatter_clipped_at;
     let rows = common::json_rows(&run("8"));
     check_rows(&rows, 0.05, false);
     let clamped = run("4");
@@ -283,24 +286,7 @@ fn the_i16_clip_bound_is_applied_to_every_contribution() {
 /// wrong passed.
 #[test]
 fn wrong_elements_are_counted_exactly_under_i16_and_a_small_clip() {
-    let out = perf(&[
-        "reduce_scatter",
-        "--local-ranks",
-        "2",
-        "-b",
-        "64K",
-        "-e",
-        "64K",
-        "-n",
-        "1",
-        "-w",
-        "0",
-        "--codec",
-        "i16",
-        "--clip",
-        "0.25",
-        "--json",
-    ]);
+    let out = i16_reduce_scatter_clipped_at("0.25");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "clipped results must fail: {stderr}");
     // The tool's inputs (`check::value`), clipped by each rank: an element

@@ -91,6 +91,7 @@ const MAX_FRAME: usize = 16 << 20;
 /// Application close code for a connection that is not a rank of the job
 /// (its goodbye-carrying closes use 0).
 const REFUSED: u64 = 1;
+
 /// Stream bytes read from one link per turn, so one busy peer cannot
 /// starve the others.
 const READ_BUDGET: usize = 4 << 20;
