@@ -463,6 +463,71 @@ fn a_stranger_that_connects_and_sends_junk_is_refused_and_the_job_goes_on() {
     }
 }
 
+/// Strangers that finish the handshake and then say nothing cannot keep a
+/// rank out: past `world x conns_per_peer` unidentified connections the
+/// oldest is closed, not the newest (which may be the rank); and the
+/// ranks' shutdown does not wait for them.
+#[test]
+fn silent_strangers_that_connect_first_do_not_keep_a_rank_out() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{mpsc, Arc};
+    let peers = common::loopback_addrs(2);
+    let rank = |r: usize| {
+        let peers = peers.clone();
+        std::thread::spawn(move || {
+            let mut c = Communicator::new(r, 2, peers, DriverConfig::default())?;
+            let mut buf = vec![1.0f32; 1000];
+            c.all_reduce(&mut buf, ReduceOp::Sum)?;
+            assert_eq!(buf, vec![2.0; 1000]);
+            c.shutdown()
+        })
+    };
+    // Rank 1 accepts; three strangers get in before rank 0 dials (the
+    // cap is 2 x 1).
+    let rank1 = rank(1);
+    let (stop, (up_tx, up_rx)) = (Arc::new(AtomicBool::new(false)), mpsc::channel());
+    let strangers: Vec<_> = (0..3)
+        .map(|_| {
+            let (stop, up_tx, target) = (stop.clone(), up_tx.clone(), peers[1]);
+            std::thread::spawn(move || {
+                let local = "127.0.0.1:0".parse().unwrap();
+                let mut io = KernelUdp::bind(local, KernelUdpConfig::default()).unwrap();
+                let cfg = QuicConfig {
+                    alpn: vec![COLL_ALPN.to_vec()],
+                    ..QuicConfig::default()
+                };
+                let mut ep = Endpoint::client(cfg, 0, io.max_payload()).unwrap();
+                let conn = ep.connect(io.local_addr(), target, None).unwrap();
+                let (mut tx, mut told) = (Vec::new(), false);
+                while !stop.load(Ordering::Relaxed) {
+                    ep.drive(&mut io, &mut tx);
+                    if ep.is_established(conn) && !told {
+                        told = up_tx.send(()).is_ok();
+                    }
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            })
+        })
+        .collect();
+    for _ in 0..3 {
+        up_rx
+            .recv_timeout(Duration::from_secs(10))
+            .expect("a stranger finished its handshake");
+    }
+    std::thread::sleep(Duration::from_millis(100));
+    let t = Instant::now();
+    let rank0 = rank(0);
+    let (r0, r1) = (rank0.join().unwrap(), rank1.join().unwrap());
+    // Shutting down waits for ranks only, not for the strangers.
+    assert!(t.elapsed() < Duration::from_secs(10), "took {:?}", t.elapsed());
+    stop.store(true, Ordering::Relaxed);
+    for s in strangers {
+        s.join().unwrap();
+    }
+    assert!(r0.is_ok(), "rank 0: {r0:?}");
+    assert!(r1.is_ok(), "rank 1: {r1:?}");
+}
+
 #[test]
 fn a_peer_that_leaves_mid_collective_is_named_with_its_goodbye() {
     // Rank 1 drops its communicator in the middle of a large all-reduce:

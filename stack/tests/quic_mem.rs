@@ -776,6 +776,30 @@ fn a_handshake_whose_client_went_away_is_dropped_after_the_handshake_timeout() {
     assert_eq!(server.ep.stats().handshakes_failed, 1);
 }
 
+/// Zero means never, and so does a deadline past what an `Instant` can
+/// hold (`Duration::MAX` panicked at the first Initial, from anyone).
+#[test]
+fn a_handshake_timeout_of_zero_or_max_never_expires_and_never_panics() {
+    for t in [Duration::ZERO, Duration::MAX] {
+        let mut server = lone_server("hsnever", |c| QuicConfig {
+            retry: false,
+            idle_timeout: Duration::ZERO,
+            handshake_timeout: t,
+            ..c
+        });
+        let mut tx = Vec::new();
+        server
+            .ep
+            .recv(spoofed(&initial_packet(4), 1), &mut server.io, &mut tx);
+        for _ in 0..20 {
+            server.drive();
+            server.tx.clear();
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert_eq!(server.ep.handshakes_in_progress(), 1, "{t:?}");
+    }
+}
+
 /// `max_handshakes` bounds the handshakes others start with us; our own
 /// dials in progress (a rank dialling its peers) do not take its slots.
 #[test]

@@ -149,6 +149,7 @@ impl Communicator<KernelUdp> {
         peers: Vec<SocketAddrV4>,
         config: DriverConfig,
     ) -> Result<Self> {
+        config.validate()?;
         let bind = *peers
             .get(rank)
             .ok_or(Error::RankOutOfRange { rank, world })?;
@@ -182,6 +183,7 @@ impl Communicator<KernelUdp> {
         bind: SocketAddrV4,
         mut config: DriverConfig,
     ) -> Result<(KernelUdp, DriverConfig)> {
+        config.validate()?;
         if let Some(cap) = config.follow_route_mtu {
             let master = env.master()?;
             config.udp.max_payload = stack::io::kernel::route_payload(master, cap)

@@ -73,6 +73,7 @@ impl Lanes<KernelUdp> {
         if lanes == 0 {
             return Err(Error::Config("lanes must be at least 1"));
         }
+        config.validate()?;
         let env = RankEnv::from_env()?;
         let bind = rendezvous::bind_from_env()?;
         let mut ios = Vec::with_capacity(lanes);

@@ -529,15 +529,20 @@ impl<B: Backend> Mesh<B> {
             match ev {
                 Event::Established { conn, peer, .. } => match self.by_conn.get(&conn) {
                     Some(&i) => self.links[i].established = true,
-                    None if self.unidentified() >= self.world * self.conns_per_peer => {
-                        // More than every rank could open: not ranks.
-                        warn!(%peer, "refusing a connection: too many that have not said which rank they are");
-                        let _ = self
-                            .ep
-                            .close(conn, REFUSED, b"too many unidentified connections");
-                    }
                     None => {
-                        // Accepted: the hello will say who it is.
+                        // Accepted: the hello will say who it is. More
+                        // unidentified than every rank could open are not
+                        // all ranks: the oldest goes (a rank's hello comes
+                        // right after its handshake; a stranger that
+                        // stays silent cannot keep ranks out).
+                        let oldest = self.unidentified().next();
+                        let full = self.unidentified().count() >= self.world * self.conns_per_peer;
+                        if let Some(oldest) = oldest.filter(|_| full) {
+                            self.refuse(
+                                oldest,
+                                "too many connections that have not said which rank they are",
+                            );
+                        }
                         let i = self.add_link(conn, peer, None, None);
                         self.links[i].established = true;
                     }
@@ -731,12 +736,10 @@ impl<B: Backend> Mesh<B> {
         link.input = FrameReader::empty(0);
     }
 
-    /// Accepted links that are open and have not said which rank they are.
-    fn unidentified(&self) -> usize {
-        self.links
-            .iter()
-            .filter(|l| l.rank.is_none() && !l.closed)
-            .count()
+    /// Accepted links that are open and have not said which rank they
+    /// are, oldest first.
+    fn unidentified(&self) -> impl Iterator<Item = usize> + '_ {
+        (0..self.links.len()).filter(|&i| self.links[i].rank.is_none() && !self.links[i].closed)
     }
 
     /// Moves engine messages into link queues while the driver holds
@@ -846,10 +849,11 @@ impl<B: Backend> Mesh<B> {
         loop {
             let moved = self.turn(engine, &mut [], &mut false).unwrap_or(0);
             self.send_fins();
-            let waiting = self
-                .links
-                .iter()
-                .any(|l| l.established && !l.closed && !(l.fin_received && l.fin_sent));
+            // Ranks only: a connection that never said which rank it is
+            // has nothing of ours to wait for.
+            let waiting = self.links.iter().any(|l| {
+                l.rank.is_some() && l.established && !l.closed && !(l.fin_received && l.fin_sent)
+            });
             if !waiting || start.elapsed() >= linger {
                 break;
             }

@@ -107,7 +107,9 @@ pub struct DriverConfig {
     pub engine: crate::Config,
     /// QUIC connections per peer (messages are striped over them).
     pub conns_per_peer: usize,
-    /// A peer silent this long during a collective fails it.
+    /// A peer silent this long during a collective fails it, and so does a
+    /// collective in which nothing moved this long (`Error::NoProgress`):
+    /// it bounds how late a healthy rank may enter a collective.
     pub timeout: Duration,
     /// Joining the job gives up after this: the rendezvous and connecting
     /// the mesh (of every lane) share this one budget, except that the

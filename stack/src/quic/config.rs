@@ -83,7 +83,9 @@ pub struct QuicConfig {
     /// Servers: an accepted connection not established this long after
     /// its first Initial is dropped, whatever the idle timeout (which may
     /// be off), so a client that went away, or a spoofed one, cannot hold
-    /// a handshake slot for good.
+    /// a handshake slot for good. Zero: never. The default is a Retry
+    /// token's lifetime: a client on a lossy path still retrying its
+    /// handshake is not cut off while its token would still be taken.
     pub handshake_timeout: Duration,
     /// Servers: connections at most.
     pub max_connections: usize,
@@ -109,7 +111,7 @@ impl Default for QuicConfig {
             pacing: false,
             retry: true,
             max_handshakes: 256,
-            handshake_timeout: Duration::from_secs(20),
+            handshake_timeout: super::token::TOKEN_LIFETIME,
             max_connections: 16 * 1024,
         }
     }

@@ -488,7 +488,9 @@ impl<B: Datagram> Endpoint<B> {
                 stall: StallWatch::default(),
                 stalled_for: None,
                 last_sent: now,
-                handshake_deadline: server.then(|| now + self.config.handshake_timeout),
+                handshake_deadline: Some(self.config.handshake_timeout)
+                    .filter(|t| server && !t.is_zero())
+                    .and_then(|t| now.checked_add(t)),
             },
         );
         self.order.push(h);

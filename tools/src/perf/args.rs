@@ -472,7 +472,9 @@ pub struct PerfArgs {
     pub lane_min_bytes: u64,
 
     /// Collectives: seconds a peer may stay silent in a collective before
-    /// it fails with an error naming that peer.
+    /// it fails with an error naming that peer; also how long a collective
+    /// may make no progress at all (a rank that is alive but has not
+    /// entered it).
     #[arg(long, default_value_t = 30.0, value_parser = crate::seconds::parse, allow_negative_numbers = true)]
     pub timeout: f64,
 

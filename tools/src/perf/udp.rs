@@ -46,7 +46,9 @@ pub(crate) fn stop_flag(duration: f64) -> Result<Arc<AtomicBool>> {
 pub fn echo(args: &PerfArgs) -> Result<serde_json::Value> {
     let bind = addr("--bind", &args.bind)?;
     // Any datagram a pinger may send (--size up to 65000), not just what
-    // fits a 1500-byte MTU: a bigger one was dropped unanswered.
+    // fits a 1500-byte MTU: a bigger one was dropped unanswered. (Replies
+    // go out with DF set, so off loopback the path's MTU still bounds
+    // what comes back.)
     let cfg = KernelUdpConfig {
         max_payload: MAX_UDP_PAYLOAD_V4,
         ..KernelUdpConfig::default()

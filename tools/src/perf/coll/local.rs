@@ -114,6 +114,10 @@ pub fn spawn_ranks(
         .collect();
     let mut children: Vec<(usize, Child)> = Vec::with_capacity(n);
     for r in 0..n {
+        if interrupted.load(Ordering::Relaxed) {
+            stop_all(&mut children);
+            return Err(Error::Usage("interrupted; ranks stopped".into()));
+        }
         let spawned = Command::new(&exe)
             .args(rank_args(r))
             .args(&args)

@@ -110,7 +110,8 @@ pub fn run(args: &PerfArgs) -> Result<()> {
 /// The CPU of each lane's thread (lane 0 is the caller's). With
 /// `--local-ranks`, the launcher's choice; else the k-th CPU of
 /// `--lcores`, which names one per lane. Without `--lcores`, kernel-UDP
-/// lanes run unpinned, and DPDK lanes take the first online CPUs: EAL
+/// lanes run unpinned, and DPDK lanes take the first CPUs the process
+/// may run on: EAL
 /// pins lane 0's thread, and unpinned lanes would inherit its CPU.
 fn lane_cpus(args: &PerfArgs) -> Result<Vec<Option<usize>>> {
     let lanes = args.lanes as usize;
