@@ -519,7 +519,11 @@ fn silent_strangers_that_connect_first_do_not_keep_a_rank_out() {
     let rank0 = rank(0);
     let (r0, r1) = (rank0.join().unwrap(), rank1.join().unwrap());
     // Shutting down waits for ranks only, not for the strangers.
-    assert!(t.elapsed() < Duration::from_secs(10), "took {:?}", t.elapsed());
+    assert!(
+        t.elapsed() < Duration::from_secs(10),
+        "took {:?}",
+        t.elapsed()
+    );
     stop.store(true, Ordering::Relaxed);
     for s in strangers {
         s.join().unwrap();
