@@ -1013,7 +1013,11 @@ fn one_send_round_takes_up_to_a_quantum_from_each_connection() {
     let sent = |p: &mut Pair, c| p.client.ep.conn_stats(c).unwrap().bytes_sent as f64;
     let (x, y) = (sent(&mut p, a), sent(&mut p, b));
     assert!(x > 1e6 && y > 1e6, "{x} {y}");
-    assert!(x.max(y) / x.min(y) < 1.5, "unfair: {x} against {y} bytes");
+    // Neither starves. How far apart they end is cubic's doing, not the
+    // round robin's: with a core busy elsewhere the windows drift to
+    // 1.5-1.55x in about one run in eight (seen in CI); starving one
+    // connection gives far more.
+    assert!(x.max(y) / x.min(y) < 2.0, "unfair: {x} against {y} bytes");
 }
 
 #[test]
