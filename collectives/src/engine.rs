@@ -147,8 +147,14 @@ impl Engine {
     }
 
     /// Installs the robust-aggregation hook (reductions then run Direct).
-    pub fn set_filter(&mut self, filter: Box<dyn ContributionFilter + Send>) {
+    /// Refused with `Busy` while a collective runs: a Direct reduction
+    /// part folded without the hook would wait for ever for the rest.
+    pub fn set_filter(&mut self, filter: Box<dyn ContributionFilter + Send>) -> Result<()> {
+        if self.is_active() {
+            return Err(Error::Busy);
+        }
         self.ctx.filter = Some(filter);
+        Ok(())
     }
 
     pub fn counters(&self) -> Counters {
@@ -175,6 +181,19 @@ impl Engine {
     /// The error-feedback residual of a tensor, if any.
     pub fn residual(&self, tensor: u64) -> Option<&[f32]> {
         self.residuals.get(tensor)
+    }
+
+    /// Forgets a tensor's error-feedback residual: when its length changes
+    /// (a residual of another length is refused with `ResidualLength`), or
+    /// when the tensor is gone, to free the memory. Every rank must do the
+    /// same before the tensor's next collective. Refused with `Busy` while
+    /// a collective runs (it holds the residual and puts it back).
+    pub fn clear_residual(&mut self, tensor: u64) -> Result<()> {
+        if self.is_active() {
+            return Err(Error::Busy);
+        }
+        self.residuals.clear(tensor);
+        Ok(())
     }
 
     /// The algorithm this engine runs for `op` over `count` elements: the

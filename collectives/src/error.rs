@@ -30,6 +30,10 @@ pub enum Error {
         "non-finite value {value} at element {index}: the i16 codec only quantizes finite inputs"
     )]
     NonFinite { index: usize, value: f32 },
+    #[error(
+        "a chunk's largest magnitude {absmax:e} is too close to f32::MAX for the i16 codec: its dequantized values would overflow"
+    )]
+    ScaleOverflow { absmax: f32 },
     #[error("rank {rank} is out of range for a world of {world}")]
     RankOutOfRange { rank: usize, world: usize },
     #[error("invalid configuration: {0}")]
@@ -50,7 +54,7 @@ pub enum Error {
     Duplicate { from: usize, step: u16, chunk: u32 },
     #[error("a contribution filter only runs under Algo::Direct (or Auto); {0:?} cannot see individual contributions")]
     FilterNeedsDirect(crate::Algo),
-    #[error("residual for tensor {tensor} has {got} elements, this collective has {want}")]
+    #[error("residual for tensor {tensor} has {got} elements, this collective has {want} (clear_residual when a tensor's length changes)")]
     ResidualLength {
         tensor: u64,
         got: usize,

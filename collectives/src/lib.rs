@@ -93,8 +93,11 @@
 //! **Bit-identical results.** Every reduced element is produced by one
 //! rank (ring, direct: the shard owner) or by a computation every rank
 //! performs on the same operands (recursive doubling: `a + b == b + a` in
-//! IEEE arithmetic); results are then moved as the same encoded bytes.
-//! Under i16 the producer keeps the dequantized form of what it sends.
+//! IEEE arithmetic, and max and min are made commutative to the bit: a NaN
+//! on either side gives the canonical NaN, and of +0 and -0 max takes +0
+//! and min -0); results are then moved as the same encoded bytes. Under
+//! i16 the producer keeps the value its receivers decode from what it
+//! sends: dequantized, then clamped to the clip bound as they clamp it.
 //!
 //! ## Codecs
 //!
@@ -113,9 +116,12 @@
 //! accumulate: acc_i = acc_i + (q_i as f32) * scale    (no fma)
 //! ```
 //!
-//! One addition to the spec: if `32767 / absmax` overflows (absmax below
+//! Two additions to the spec: if `32767 / absmax` overflows (absmax below
 //! about 1.1e-34) the chunk is sent as zeros with scale 0 (the spec would
-//! compute `0 * inf`).
+//! compute `0 * inf`); and a chunk whose scale would exceed
+//! `message::MAX_SCALE` (absmax within about 2^-15 of `f32::MAX`, where
+//! `32767 * scale` overflows) is refused with `Error::ScaleOverflow`, as a
+//! non-finite input is.
 //!
 //! Receivers dequantize and fold straight from payload bytes into the f32
 //! buffer; forwarded partial sums are re-quantized, final values are
@@ -129,7 +135,10 @@
 //! group that quantizes identical values records it; the final value of an
 //! average counts `N` times its error). Each step's error is re-injected in
 //! the next, so the error of the running sum stays bounded and the mean
-//! error over steps tends to zero.
+//! error over steps tends to zero. A residual has its tensor's length: a
+//! collective of another length under the same id is refused
+//! (`Error::ResidualLength`) until every rank calls `clear_residual(id)`
+//! (`Engine`, `Communicator`), which also frees a tensor that is gone.
 //!
 //! ### Clip policy (one peer cannot ruin everyone's precision)
 //!
@@ -206,7 +215,11 @@ pub enum ReduceOp {
     Sum,
     /// Sum divided by the world size, once, by the producer of each value.
     Avg,
+    /// Largest element; NaN where any rank has a NaN (the same bits on
+    /// every rank); +0 over -0.
     Max,
+    /// Smallest element; NaN where any rank has a NaN (the same bits on
+    /// every rank); -0 over +0.
     Min,
 }
 
@@ -254,7 +267,7 @@ impl Collective {
         Collective::new(Op::Barrier)
     }
     /// Keeps an error-feedback residual under `tensor` (i16 sum/avg only;
-    /// ignored otherwise).
+    /// ignored otherwise); `clear_residual(tensor)` forgets it.
     pub fn with_feedback(mut self, tensor: u64) -> Collective {
         self.tensor = Some(tensor);
         self

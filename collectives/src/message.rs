@@ -26,8 +26,10 @@ use crate::error::{Error, Result};
 pub const HEADER_LEN: usize = 32;
 pub const MAGIC: u8 = 0xA7;
 pub const VERSION: u8 = 1;
-/// Largest scale whose products `q * scale` (|q| <= 32767) stay finite.
-pub const MAX_SCALE: f32 = f32::MAX / 32767.0;
+/// A scale whose products `q * scale` (|q| <= 32767) stay finite, with a
+/// margin: `f32::MAX / 32767` itself rounds up, and `32767` times it is
+/// infinite. Division by a power of two is exact.
+pub const MAX_SCALE: f32 = f32::MAX / 32768.0;
 /// Longest i16 chunk (the spec's n <= 65535).
 pub const MAX_I16_CHUNK: usize = 65535;
 
@@ -206,7 +208,8 @@ pub fn decode(bytes: &[u8]) -> Result<Message<'_>> {
     }
     let scale_ok = match codec {
         CodecId::F32 => header.scale.to_bits() == 0,
-        CodecId::I16 => header.scale >= 0.0 && header.scale <= MAX_SCALE,
+        // Not -0.0 either: receivers rely on decoded values never being -0.
+        CodecId::I16 => header.scale.is_sign_positive() && header.scale <= MAX_SCALE,
     };
     if !scale_ok {
         return Err(Error::BadScale(header.scale));

@@ -276,6 +276,11 @@ impl Sim {
             done_ns: vec![Vec::new(); world],
             ..SimReport::default()
         };
+        // A run that ended in an error left its events behind (a start
+        // for every rank it had not reached): a new run begins with none.
+        self.queue.clear();
+        self.events.clear();
+        self.free_slots.clear();
         let mut next_job = vec![0usize; world];
         if !jobs.is_empty() {
             for r in 0..world {

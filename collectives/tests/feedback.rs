@@ -78,3 +78,58 @@ fn feedback_removes_the_bias() {
         }
     }
 }
+
+#[test]
+fn a_tensor_whose_length_changes_is_refused_until_its_residual_is_cleared() {
+    let world = 3;
+    let mut sim = Sim::new(
+        world,
+        engine_config(Algo::Ring, Codec::I16(Rounding::Nearest), 64),
+        SimConfig::default(),
+    )
+    .unwrap();
+    let step = |sim: &mut Sim, n: usize| {
+        let inputs: Vec<Vec<f32>> = (0..world).map(|r| input(r, n, 5)).collect();
+        let c = Collective::all_reduce(ReduceOp::Sum).with_feedback(7);
+        sim.run(&mut [Job::new(c, inputs)])
+    };
+    step(&mut sim, 300).unwrap();
+    assert_eq!(sim.engine(0).residual(7).map(<[f32]>::len), Some(300));
+    let err = step(&mut sim, 200).unwrap_err();
+    let collectives::Error::SimRank { source, .. } = err else {
+        panic!("{err}");
+    };
+    assert_eq!(
+        *source,
+        collectives::Error::ResidualLength {
+            tensor: 7,
+            got: 300,
+            want: 200
+        }
+    );
+    for r in 0..world {
+        sim.engine_mut(r).clear_residual(7).unwrap();
+        assert!(sim.engine(r).residual(7).is_none());
+    }
+    step(&mut sim, 200).unwrap();
+    assert_eq!(sim.engine(0).residual(7).map(<[f32]>::len), Some(200));
+}
+
+#[test]
+fn residuals_and_filters_are_not_changed_under_a_running_collective() {
+    let mut e =
+        collectives::Engine::new(0, 2, engine_config(Algo::Direct, Codec::F32, 64)).unwrap();
+    let mut buf = vec![1.0f32; 100];
+    e.start(
+        Collective::all_reduce(ReduceOp::Sum).with_feedback(1),
+        &mut buf,
+    )
+    .unwrap();
+    assert!(e.is_active(), "rank 1 has not answered");
+    assert_eq!(e.clear_residual(1), Err(collectives::Error::Busy));
+    struct Keep;
+    impl collectives::ContributionFilter for Keep {
+        fn inspect(&mut self, _: &collectives::ChunkInfo, _: &mut collectives::Contributions<'_>) {}
+    }
+    assert_eq!(e.set_filter(Box::new(Keep)), Err(collectives::Error::Busy));
+}

@@ -31,7 +31,7 @@ fn filter_sees_and_rewrites_contributions() {
         };
         let mut sim = Sim::new(world, cfg, SimConfig::lossy(9)).unwrap();
         for r in 0..world {
-            sim.engine_mut(r).set_filter(Box::new(DropRank(2)));
+            sim.engine_mut(r).set_filter(Box::new(DropRank(2))).unwrap();
             assert_eq!(
                 sim.engine(r)
                     .algo_for(Op::AllReduce(ReduceOp::Sum), n)
@@ -66,7 +66,7 @@ fn filter_requires_direct() {
         ..Config::default()
     };
     let mut e = Engine::new(0, 2, cfg).unwrap();
-    e.set_filter(Box::new(DropRank(1)));
+    e.set_filter(Box::new(DropRank(1))).unwrap();
     let err = e
         .start(Collective::all_reduce(ReduceOp::Sum), &mut [1.0; 4])
         .unwrap_err();

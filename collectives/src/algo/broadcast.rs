@@ -110,7 +110,7 @@ impl Algorithm for Broadcast {
         let span = 0..self.count;
         let q = Quant {
             salt: ctx.rank as u32,
-            replace: true,
+            replace: Some(ctx.final_bound()),
             residual_weight: 0.0,
             absmax: None,
         };

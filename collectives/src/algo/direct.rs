@@ -87,7 +87,7 @@ impl Direct {
         let weight = if self.reduce { ctx.final_weight() } else { 0.0 };
         let q = Quant {
             salt: ctx.rank as u32,
-            replace: true,
+            replace: Some(ctx.final_bound()),
             residual_weight: weight,
             absmax: None,
         };

@@ -41,9 +41,10 @@ pub(crate) struct Quant {
     /// Mixed into the stochastic-rounding seed; ranks that quantize the same
     /// values (recursive doubling groups) must use the same salt.
     pub salt: u32,
-    /// Replace the local values by their dequantized form, so that the
-    /// sender holds exactly what every receiver decodes.
-    pub replace: bool,
+    /// `Some(bound)`: replace the local values by what every receiver
+    /// decodes from the message (dequantized, then clamped to the `bound`
+    /// the receivers clamp to), so that the sender holds the same bits.
+    pub replace: Option<f32>,
     /// Weight of this quantization's error in the error-feedback residual
     /// (0: not recorded; N for an average produced by dividing by N).
     pub residual_weight: f32,
@@ -56,7 +57,7 @@ impl Quant {
     pub fn partial(salt: usize) -> Quant {
         Quant {
             salt: salt as u32,
-            replace: false,
+            replace: None,
             residual_weight: 1.0,
             absmax: None,
         }
@@ -229,14 +230,20 @@ impl Ctx {
                         let r = &mut r[offset..offset + values.len()];
                         for ((v, ri), b) in values.iter_mut().zip(r).zip(payload.chunks_exact(2)) {
                             let d = i16::from_le_bytes([b[0], b[1]]) as f32 * scale;
+                            // The residual is the quantization error only:
+                            // what the clip cuts off is not fed back.
                             *ri += q.residual_weight * (*v - d);
-                            if q.replace {
-                                *v = d;
+                            if let Some(bound) = q.replace {
+                                // As `accumulate` into zero: clamp, then 0 + v.
+                                *v = 0.0 + codec::clamp_to(d, bound);
                             }
                         }
                     }
-                    None if q.replace => self.isa.dequantize(payload, scale, values),
-                    None => {}
+                    None => {
+                        if let Some(bound) = q.replace {
+                            self.decode_i16(values, payload, scale, bound);
+                        }
+                    }
                 }
                 out
             }
@@ -318,13 +325,19 @@ impl Ctx {
     pub fn decode_into(&self, out: &mut [f32], msg: &Message<'_>, bound: f32) {
         match msg.header.codec {
             CodecId::F32 => codec::decode_f32(msg.payload, out),
-            CodecId::I16 if bound.is_finite() => {
-                // 0 + v == v exactly (v is never -0.0), so this is a clamped decode.
-                out.fill(0.0);
-                self.isa
-                    .accumulate(out, msg.payload, msg.header.scale, bound);
-            }
-            CodecId::I16 => self.isa.dequantize(msg.payload, msg.header.scale, out),
+            CodecId::I16 => self.decode_i16(out, msg.payload, msg.header.scale, bound),
+        }
+    }
+
+    /// Overwrites `out` with an i16 payload's values clamped to `bound`:
+    /// what receivers decode, and what a sender that replaces keeps.
+    fn decode_i16(&self, out: &mut [f32], payload: &[u8], scale: f32, bound: f32) {
+        if bound.is_finite() {
+            // 0 + v == v exactly (v is never -0.0), so this is a clamped decode.
+            out.fill(0.0);
+            self.isa.accumulate(out, payload, scale, bound);
+        } else {
+            self.isa.dequantize(payload, scale, out);
         }
     }
 

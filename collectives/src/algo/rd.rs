@@ -129,7 +129,9 @@ impl Rd {
         let leader = vid & ((1 << s) - 1) == 0;
         let q = Quant {
             salt: (vid >> s) as u32,
-            replace: true,
+            // The partner folds this with the bound of the contributions
+            // it will hold after the round (`on_message`, `advance`).
+            replace: Some(ctx.bound((2usize << s).min(ctx.world))),
             residual_weight: if leader { 1.0 } else { 0.0 },
             absmax: None,
         };
@@ -157,7 +159,7 @@ impl Rd {
             if l.has_extra(ctx.rank) {
                 let q = Quant {
                     salt: 0,
-                    replace: false,
+                    replace: None,
                     residual_weight: 0.0,
                     absmax: None,
                 };
@@ -344,7 +346,7 @@ impl RdGather {
         let span = shard_range(self.count, ctx.world, ctx.rank);
         let q = Quant {
             salt: ctx.rank as u32,
-            replace: true,
+            replace: Some(ctx.final_bound()),
             residual_weight: 0.0,
             absmax: None,
         };

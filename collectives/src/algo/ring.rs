@@ -91,7 +91,7 @@ impl Ring {
         };
         let q = Quant {
             salt: ctx.rank as u32,
-            replace: true,
+            replace: Some(ctx.final_bound()),
             residual_weight: weight,
             absmax: chunk.and(absmax),
         };

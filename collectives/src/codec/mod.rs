@@ -14,7 +14,7 @@ mod x86;
 use std::sync::OnceLock;
 
 use crate::error::{Error, Result};
-use crate::message::MAX_I16_CHUNK;
+use crate::message::{MAX_I16_CHUNK, MAX_SCALE};
 
 /// How the i16 codec rounds `x * inv`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -79,6 +79,16 @@ pub(crate) fn clamp_q(v: f32) -> f32 {
     let v = if v > 32767.0 { 32767.0 } else { v };
     if v < -32767.0 {
         -32767.0
+    } else {
+        v
+    }
+}
+
+/// `v` clamped to `[-bound, bound]`, as the kernels clamp (max, then min).
+pub(crate) fn clamp_to(v: f32, bound: f32) -> f32 {
+    let v = if v < -bound { -bound } else { v };
+    if v > bound {
+        bound
     } else {
         v
     }
@@ -193,6 +203,10 @@ impl Isa {
         }
         let out = &mut out[..2 * x.len()];
         let (scale, inv) = chunk_scale(absmax);
+        if scale > MAX_SCALE {
+            // Receivers would refuse the scale, and 32767 * scale overflows.
+            return Err(Error::ScaleOverflow { absmax });
+        }
         if scale == 0.0 {
             out.fill(0);
             return Ok(0.0);
@@ -328,9 +342,18 @@ pub enum Combine {
 }
 
 impl Combine {
+    /// `a ⊕ v`, commutative to the bit: recursive doubling folds
+    /// `mine ⊕ theirs` on one rank and `theirs ⊕ mine` on its partner, so
+    /// a rule that kept the left operand on ties or NaN (`if v > a { v }
+    /// else { a }`) gave the two ranks different results. A NaN on either
+    /// side gives the canonical NaN; of +0 and -0, max takes +0 and min -0.
     fn apply(self, a: f32, v: f32) -> f32 {
         match self {
             Combine::Sum => a + v,
+            Combine::Max | Combine::Min if a.is_nan() || v.is_nan() => f32::NAN,
+            // Equal values differ at most in the sign of a zero.
+            Combine::Max if a == v => f32::from_bits(a.to_bits() & v.to_bits()),
+            Combine::Min if a == v => f32::from_bits(a.to_bits() | v.to_bits()),
             Combine::Max => {
                 if v > a {
                     v
@@ -367,9 +390,7 @@ impl Combine {
         }
         for (a, q) in acc.iter_mut().zip(payload.chunks_exact(2)) {
             let v = i16::from_le_bytes([q[0], q[1]]) as f32 * scale;
-            let v = if v < -bound { -bound } else { v };
-            let v = if v > bound { bound } else { v };
-            *a = self.apply(*a, v);
+            *a = self.apply(*a, clamp_to(v, bound));
         }
     }
 

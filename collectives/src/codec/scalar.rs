@@ -1,7 +1,7 @@
 //! Reference (scalar) kernels: the normative form of the i16 spec. The SIMD
 //! kernels must produce the same bits; tests compare them element by element.
 
-use super::{clamp_q, dither_at, dither_start};
+use super::{clamp_q, clamp_to, dither_at, dither_start};
 
 /// `(max |x_i|, first non-finite index)`.
 pub fn absmax(x: &[f32]) -> (f32, Option<usize>) {
@@ -47,8 +47,7 @@ pub fn dequantize(payload: &[u8], scale: f32, out: &mut [f32]) {
 pub fn accumulate(acc: &mut [f32], payload: &[u8], scale: f32, bound: f32) {
     for (a, q) in acc.iter_mut().zip(payload.chunks_exact(2)) {
         let v = i16::from_le_bytes([q[0], q[1]]) as f32 * scale;
-        let v = if v < -bound { -bound } else { v };
-        let v = if v > bound { bound } else { v };
+        let v = clamp_to(v, bound);
         *a += v;
     }
 }
@@ -62,8 +61,7 @@ pub fn accumulate_absmax(acc: &mut [f32], payload: &[u8], scale: f32, bound: f32
     let mut finite = true;
     for (a, q) in acc.iter_mut().zip(payload.chunks_exact(2)) {
         let v = i16::from_le_bytes([q[0], q[1]]) as f32 * scale;
-        let v = if v < -bound { -bound } else { v };
-        let v = if v > bound { bound } else { v };
+        let v = clamp_to(v, bound);
         *a += v;
         let x = a.abs();
         finite &= x.is_finite();

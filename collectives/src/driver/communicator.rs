@@ -307,6 +307,17 @@ impl<B: Backend> Communicator<B> {
         self.mesh.bytes_per_connection(rank)
     }
 
+    /// Forgets a tensor's error-feedback residual (`Engine::clear_residual`):
+    /// when the tensor's length changes, or it is gone. Every rank must do
+    /// the same. Refused with `Busy` while collectives are started and not
+    /// waited for (a queued one would run after the clear it preceded).
+    pub fn clear_residual(&mut self, tensor: u64) -> Result<()> {
+        if !self.queue.is_empty() {
+            return Err(Error::Busy);
+        }
+        self.engine.clear_residual(tensor)
+    }
+
     /// The algorithm the engine runs for `op` over `count` elements.
     pub fn algo_for(&self, op: crate::Op, count: usize) -> Result<crate::AlgoId> {
         self.engine.algo_for(op, count)

@@ -338,7 +338,8 @@ fn serve(
             std::thread::sleep(Duration::from_millis(2));
         }
     }
-    let table: Vec<SocketAddrV4> = table.into_iter().map(|a| a.expect("all set")).collect();
+    let mut table: Vec<SocketAddrV4> = table.into_iter().map(|a| a.expect("all set")).collect();
+    name_local_ranks_as_remote_ranks_see_them(&mut table, &checked_in);
     let mut reply = format!("ok {}\n", env.world);
     for a in &table {
         reply.push_str(&format!("{a}\n"));
@@ -350,6 +351,36 @@ fn serve(
         table,
         Watch::rank0(env.world, ranks.into_iter().zip(streams).collect()),
     ))
+}
+
+/// On a job across hosts whose MASTER_ADDR resolves to a loopback address
+/// on rank 0's own host (Debian maps the host name to 127.0.1.1 in
+/// /etc/hosts), rank 0 and the ranks beside it reached the rendezvous over
+/// loopback and named loopback addresses, which the other hosts would dial
+/// on themselves. If any rank reached rank 0 from another address, the
+/// loopback entries (all on rank 0's host) are renamed to the address that
+/// rank reached rank 0 on.
+fn name_local_ranks_as_remote_ranks_see_them(
+    table: &mut [SocketAddrV4],
+    checked_in: &[(usize, TcpStream)],
+) {
+    let seen_from_afar =
+        checked_in
+            .iter()
+            .find_map(|(_, s)| match (s.peer_addr(), s.local_addr()) {
+                (Ok(SocketAddr::V4(peer)), Ok(SocketAddr::V4(local)))
+                    if !peer.ip().is_loopback() =>
+                {
+                    Some(*local.ip())
+                }
+                _ => None,
+            });
+    let Some(ip) = seen_from_afar else {
+        return;
+    };
+    for a in table.iter_mut().filter(|a| a.ip().is_loopback()) {
+        *a = SocketAddrV4::new(ip, a.port());
+    }
 }
 
 /// How long rank 0 gives all its answers together (a rank that does not
@@ -660,6 +691,73 @@ mod tests {
         let _ = http.set_read_timeout(Some(Duration::from_secs(5)));
         let _ = http.read_to_string(&mut reply);
         assert_eq!(reply, "");
+    }
+
+    /// A veth pair whose first end has `ip`, removed on drop (needs root;
+    /// CI is). This kernel has no dummy links.
+    struct LocalLink(&'static str);
+
+    impl LocalLink {
+        fn up(name: &'static str, ip: &str) -> LocalLink {
+            let sh = |cmd: &str| {
+                std::process::Command::new("sh")
+                    .args(["-c", cmd])
+                    .status()
+                    .unwrap()
+            };
+            sh(&format!("ip link del {name} 2>/dev/null"));
+            let ok = sh(&format!(
+                "ip link add {name} type veth peer name {name}p && ip addr add {ip}/32 dev {name} \
+                 && ip link set {name}p up && ip link set {name} up"
+            ));
+            assert!(ok.success(), "a veth link for {ip} (needs root)");
+            LocalLink(name)
+        }
+    }
+
+    impl Drop for LocalLink {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("ip")
+                .args(["link", "del", self.0])
+                .status();
+        }
+    }
+
+    #[test]
+    fn ranks_on_rank_0s_host_are_named_by_the_address_other_hosts_reach_it_on() {
+        // Rank 0's host resolves its own name to 127.0.1.1; a rank on
+        // another host reaches it at 10.231.5.1 (a local link stands in
+        // for the other host's route).
+        let _link = LocalLink::up("ainfrdv0", "10.231.5.1");
+        let port = free_port();
+        let env = |rank: usize, master: &str| RankEnv {
+            rank,
+            world: 3,
+            master_addr: master.into(),
+            master_port: port,
+        };
+        let e0 = env(0, "127.0.1.1");
+        let rank0 =
+            std::thread::spawn(move || exchange(&e0, wildcard(41200), Duration::from_secs(20)));
+        let e1 = env(1, "127.0.1.1");
+        let rank1 =
+            std::thread::spawn(move || exchange(&e1, wildcard(41201), Duration::from_secs(20)));
+        let table2 = exchange(
+            &env(2, "10.231.5.1"),
+            wildcard(41202),
+            Duration::from_secs(20),
+        )
+        .expect("rank 2 gets the table")
+        .0;
+        let table0 = rank0.join().unwrap().expect("rank 0").0;
+        let table1 = rank1.join().unwrap().expect("rank 1").0;
+        assert_eq!(table0, table2);
+        assert_eq!(table1, table2);
+        let want: Vec<SocketAddrV4> = [41200, 41201, 41202]
+            .iter()
+            .map(|&p| SocketAddrV4::new(Ipv4Addr::new(10, 231, 5, 1), p))
+            .collect();
+        assert_eq!(table2, want, "no loopback address reaches another host");
     }
 
     #[test]

@@ -288,14 +288,30 @@ pub fn all_ops() -> Vec<Op> {
     ]
 }
 
-/// Free UDP ports on 127.0.0.1 for `n` ranks (bound and released: racy,
-/// but fine on a test host).
+/// Free UDP ports on 127.0.0.1 for `n` ranks, bound and released here
+/// and bound again by the ranks. They are taken below the kernel's
+/// ephemeral range (32768-60999): a port from there (the kernel's pick for
+/// port 0) was once taken in between by a socket of another test running
+/// at the same time. Each test process starts at its own offset.
 pub fn loopback_addrs(n: usize) -> Vec<std::net::SocketAddrV4> {
-    let socks: Vec<std::net::UdpSocket> = (0..n)
-        .map(|_| std::net::UdpSocket::bind("127.0.0.1:0").unwrap())
-        .collect();
-    socks
-        .iter()
+    use std::sync::atomic::{AtomicU32, Ordering};
+    const LOW: u32 = 20_000;
+    const SPAN: u32 = 12_000;
+    static NEXT: AtomicU32 = AtomicU32::new(u32::MAX);
+    let _ = NEXT.compare_exchange(
+        u32::MAX,
+        (std::process::id() * 37) % SPAN,
+        Ordering::Relaxed,
+        Ordering::Relaxed,
+    );
+    let mut held = Vec::new();
+    while held.len() < n {
+        let port = LOW + NEXT.fetch_add(1, Ordering::Relaxed) % SPAN;
+        if let Ok(s) = std::net::UdpSocket::bind(("127.0.0.1", port as u16)) {
+            held.push(s);
+        }
+    }
+    held.iter()
         .map(|s| match s.local_addr().unwrap() {
             std::net::SocketAddr::V4(a) => a,
             _ => unreachable!(),
