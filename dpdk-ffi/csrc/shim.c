@@ -27,8 +27,6 @@ int ainftp_pktmbuf_alloc_bulk(struct rte_mempool *mp, struct rte_mbuf **mbufs, u
 
 void ainftp_pktmbuf_free(struct rte_mbuf *m) { rte_pktmbuf_free(m); }
 void *ainftp_pktmbuf_mtod(struct rte_mbuf *m) { return rte_pktmbuf_mtod(m, void *); }
-char *ainftp_pktmbuf_append(struct rte_mbuf *m, uint16_t len) { return rte_pktmbuf_append(m, len); }
-int ainftp_pktmbuf_trim(struct rte_mbuf *m, uint16_t len) { return rte_pktmbuf_trim(m, len); }
 uint16_t ainftp_pktmbuf_headroom(const struct rte_mbuf *m) { return rte_pktmbuf_headroom(m); }
 uint16_t ainftp_pktmbuf_tailroom(const struct rte_mbuf *m) { return rte_pktmbuf_tailroom(m); }
 uint32_t ainftp_mbuf_rss_hash(const struct rte_mbuf *m) { return m->hash.rss; }

@@ -20,8 +20,6 @@ struct rte_mbuf *ainftp_pktmbuf_alloc(struct rte_mempool *mp);
 int ainftp_pktmbuf_alloc_bulk(struct rte_mempool *mp, struct rte_mbuf **mbufs, unsigned n);
 void ainftp_pktmbuf_free(struct rte_mbuf *m);
 void *ainftp_pktmbuf_mtod(struct rte_mbuf *m);
-char *ainftp_pktmbuf_append(struct rte_mbuf *m, uint16_t len);
-int ainftp_pktmbuf_trim(struct rte_mbuf *m, uint16_t len);
 uint16_t ainftp_pktmbuf_headroom(const struct rte_mbuf *m);
 uint16_t ainftp_pktmbuf_tailroom(const struct rte_mbuf *m);
 uint32_t ainftp_mbuf_rss_hash(const struct rte_mbuf *m);

@@ -85,6 +85,23 @@ impl Mbuf {
         }
     }
 
+    /// Whether the packet continues in further mbufs (a PMD's scattered
+    /// receive). `len`, `data` and the edits below see the first only.
+    pub fn is_segmented(&self) -> bool {
+        self.hdr().nb_segs != 1
+    }
+
+    /// The tail edits (`append`, `trim`) work on the first segment's
+    /// fields, which is only the packet's end when there is one segment.
+    fn single_segment(&self) -> Result<()> {
+        if self.is_segmented() {
+            return Err(Error::InvalidArgument(
+                "a segmented mbuf: only single-segment packets are edited".into(),
+            ));
+        }
+        Ok(())
+    }
+
     pub fn headroom(&self) -> usize {
         self.hdr().data_off as usize
     }
@@ -97,17 +114,10 @@ impl Mbuf {
     /// Grow the data at the end by `len` bytes and return them (uninitialised
     /// contents are whatever the buffer held; callers overwrite them).
     pub fn append(&mut self, len: usize) -> Result<&mut [u8]> {
+        self.single_segment()?;
         let l = fits(len, self.tailroom(), "tailroom")?;
-        if self.hdr().nb_segs != 1 {
-            // SAFETY: we own the mbuf and checked the tailroom, so append
-            // succeeds and returns a pointer to `len` bytes inside the buffer.
-            unsafe {
-                let p = sys::ainftp_pktmbuf_append(self.raw.as_ptr(), l);
-                return Ok(std::slice::from_raw_parts_mut(p as *mut u8, len));
-            }
-        }
-        // One segment: what rte_pktmbuf_append does, inline. These edits run
-        // per packet, and a call into the C shim costs more than the work.
+        // What rte_pktmbuf_append does, inline. These edits run per packet,
+        // and a call into the C shim costs more than the work.
         let h = self.hdr_mut();
         let end = h.data_off as usize + h.data_len as usize;
         h.data_len += l;
@@ -154,12 +164,8 @@ impl Mbuf {
     /// Remove `len` bytes from the end.
     #[inline]
     pub fn trim(&mut self, len: usize) -> Result<()> {
+        self.single_segment()?;
         let l = fits(len, self.len(), "data")?;
-        if self.hdr().nb_segs != 1 {
-            // SAFETY: we own the mbuf and len <= data_len.
-            unsafe { sys::ainftp_pktmbuf_trim(self.raw.as_ptr(), l) };
-            return Ok(());
-        }
         let h = self.hdr_mut();
         h.data_len -= l;
         h.pkt_len -= u32::from(l);
@@ -235,7 +241,9 @@ pub enum CsumStatus {
     Unknown,
     Good,
     Bad,
-    /// The NIC says the packet has no valid checksum of this kind to check.
+    /// The checksum field in the packet is not valid, but the NIC (or the
+    /// host, for virtio) verified the data: accept it, and never reuse the
+    /// field (DPDK's `*_CKSUM_NONE`; partial checksums from a local VM).
     None,
 }
 

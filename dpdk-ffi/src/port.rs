@@ -124,6 +124,7 @@ struct PortInner {
     // of this pool until then.
     _pool: Mempool,
     _eal: Eal,
+    _claim: OpenClaim,
 }
 
 impl Port {
@@ -137,6 +138,9 @@ impl Port {
             Some(id) => (id, None),
             None => (hotplug(dev, &name)?, Some(bus_of(&name))),
         };
+        // Before the guard: a refused second open must not close the port
+        // under its first owner's queues.
+        let claim = OpenClaim::take(id, &name)?;
         let guard = CloseOnError {
             id,
             name: &name,
@@ -180,6 +184,7 @@ impl Port {
                 dma,
                 _pool: pool.clone(),
                 _eal: eal.clone(),
+                _claim: claim,
             }),
         })
     }
@@ -378,6 +383,34 @@ impl Drop for PortInner {
             drop(dma);
         }
         close_port(self.id, &self.name, self.hotplugged_on);
+    }
+}
+
+/// Ports this process has open. Opening one again would reconfigure it
+/// under its live queues, fail with EBUSY, and close it on the way out.
+static OPEN_PORTS: Mutex<Vec<u16>> = Mutex::new(Vec::new());
+
+/// This process's hold on a port id, released on drop (after the port is
+/// closed: it is the last field of `PortInner`).
+struct OpenClaim(u16);
+
+impl OpenClaim {
+    fn take(id: u16, name: &str) -> Result<OpenClaim> {
+        let mut open = OPEN_PORTS.lock().unwrap_or_else(|e| e.into_inner());
+        if open.contains(&id) {
+            return Err(Error::Port(format!(
+                "port {name} is already open in this process: open it once and share the Port"
+            )));
+        }
+        open.push(id);
+        Ok(OpenClaim(id))
+    }
+}
+
+impl Drop for OpenClaim {
+    fn drop(&mut self) {
+        let mut open = OPEN_PORTS.lock().unwrap_or_else(|e| e.into_inner());
+        open.retain(|&id| id != self.0);
     }
 }
 
@@ -641,7 +674,13 @@ fn configure(info: &PortInfo, cfg: &PortConfig, pool: &Mempool) -> Result<PortFe
         }
     }
     let mut conf = sys::rte_eth_conf::default();
-    let rss_hf = if cfg.rss && cfg.rx_queues > 1 {
+    // Without the UDP bit a PMD hashes addresses only (vmxnet3 on some
+    // hosts), and the stack's placement, which hashes ports too, would put
+    // flows on the wrong lcore: such a port gets no RSS and the stack
+    // steers in software.
+    // SAFETY: reading a constant exported by the shim.
+    let hashes_udp = info.rss_offloads & unsafe { sys::AINFTP_ETH_RSS_NONFRAG_IPV4_UDP } != 0;
+    let rss_hf = if cfg.rss && cfg.rx_queues > 1 && hashes_udp {
         info.rss_offloads & rss_want
     } else {
         0

@@ -119,6 +119,39 @@ fn net_null_forwards_bursts_without_leaking() {
 }
 
 #[test]
+fn a_port_open_in_this_process_is_not_opened_again_and_keeps_working() {
+    let eal = common::eal();
+    let pool = common::pool("p_twice", 8191);
+    let port = Port::open(
+        &eal,
+        "net_null_twice0,size=64",
+        &PortConfig::default(),
+        &pool,
+    )
+    .unwrap();
+    let err = Port::open(&eal, "net_null_twice0", &PortConfig::default(), &pool)
+        .err()
+        .expect("a second open is refused");
+    assert!(err.to_string().contains("already open"), "{err}");
+    // The first owner's queues still run (the refused open did not
+    // reconfigure or close the port).
+    let (mut rx, mut tx) = (port.rx_queue(0).unwrap(), port.tx_queue(0).unwrap());
+    let mut batch = MbufBatch::<32>::new();
+    rx.rx_burst(&mut batch);
+    assert_eq!(batch.len(), 32);
+    assert_eq!(tx.tx_burst(&mut batch), 32);
+    // Once closed, it can be opened again.
+    drop((rx, tx, port));
+    Port::open(
+        &eal,
+        "net_null_twice0,size=64",
+        &PortConfig::default(),
+        &pool,
+    )
+    .unwrap();
+}
+
+#[test]
 fn queues_are_spread_and_taken_once() {
     let eal = common::eal();
     let pool = common::pool("p_queues", 8191);

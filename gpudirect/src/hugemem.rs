@@ -102,15 +102,24 @@ impl HugeMem {
         if len == 0 {
             return Err(Error::InvalidArgument("a zero-length arena".into()));
         }
-        let want = opts.page_size.unwrap_or_else(|| {
-            let gb = PageSize::Huge1G;
-            if gb.free_pages() * gb.bytes() >= len {
-                gb
-            } else {
-                PageSize::Huge2M
+        let candidates = match opts.page_size {
+            Some(page) => vec![page],
+            None => auto_page_sizes(
+                len,
+                PageSize::Huge1G.free_pages() * PageSize::Huge1G.bytes(),
+            ),
+        };
+        // The last candidate's error decides below; the others only lead on.
+        let mut mapped = Err(std::io::Error::other("no page size tried"));
+        let mut want = candidates[0];
+        for page in candidates {
+            want = page;
+            mapped = map_anon(len, page);
+            if mapped.is_ok() {
+                break;
             }
-        });
-        let (map, page) = match map_anon(len, want) {
+        }
+        let (map, page) = match mapped {
             Ok(m) => (m, want),
             Err(source) if want.is_huge() && opts.fallback => {
                 FALLBACK_WARNING.call_once(|| {
@@ -230,6 +239,20 @@ unsafe impl dpdk_ffi::PinnedMemory for HugeMem {
     }
 }
 
+/// Page sizes to try, in order, for an arena of `len` bytes when none was
+/// asked for: 1 GB pages when enough look free and they waste at most half
+/// a page, then 2 MB pages (the free count includes pages other mappings
+/// reserved, and a cgroup may allow 2 MB pages only); else 2 MB pages.
+fn auto_page_sizes(len: usize, free_1g_bytes: usize) -> Vec<PageSize> {
+    let gb = PageSize::Huge1G.bytes();
+    let whole = len.next_multiple_of(gb);
+    if free_1g_bytes >= whole && whole - len <= gb / 2 {
+        vec![PageSize::Huge1G, PageSize::Huge2M]
+    } else {
+        vec![PageSize::Huge2M]
+    }
+}
+
 fn map_anon(len: usize, page: PageSize) -> std::io::Result<MmapMut> {
     let len = len.next_multiple_of(page.bytes());
     let mut o = MmapOptions::new();
@@ -246,4 +269,23 @@ fn map_anon(len: usize, page: PageSize) -> std::io::Result<MmapMut> {
     // MAP_HUGETLB reserves the pages at mmap time, so a shortage is an
     // error here rather than a SIGBUS on first touch.
     o.map_anon()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn automatic_pages_are_1g_only_when_free_and_mostly_used_and_fall_back_to_2m() {
+        const MB: usize = 1 << 20;
+        const GB: usize = 1 << 30;
+        use PageSize::{Huge1G, Huge2M};
+        // A 40 MB arena does not take a whole 1 GB page.
+        assert_eq!(auto_page_sizes(40 * MB, 4 * GB), vec![Huge2M]);
+        assert_eq!(auto_page_sizes(600 * MB, 4 * GB), vec![Huge1G, Huge2M]);
+        assert_eq!(auto_page_sizes(2 * GB, 4 * GB), vec![Huge1G, Huge2M]);
+        // 1 GB pages that do not cover it: 2 MB.
+        assert_eq!(auto_page_sizes(2 * GB, GB), vec![Huge2M]);
+        assert_eq!(auto_page_sizes(GB + 100 * MB, 4 * GB), vec![Huge2M]);
+    }
 }

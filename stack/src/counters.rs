@@ -40,10 +40,13 @@ pub enum DropReason {
     Impaired,
     /// The kernel refused a datagram (kernel UDP backend).
     SendError,
+    /// A frame received in several mbufs: the stack handles single-segment
+    /// packets only (size the pool for the MTU: `RuntimeConfig::mtu`).
+    Segmented,
 }
 
 impl DropReason {
-    pub const ALL: [DropReason; 17] = [
+    pub const ALL: [DropReason; 18] = [
         DropReason::Truncated,
         DropReason::Malformed,
         DropReason::BadChecksum,
@@ -61,6 +64,7 @@ impl DropReason {
         DropReason::NoMbuf,
         DropReason::Impaired,
         DropReason::SendError,
+        DropReason::Segmented,
     ];
     pub const COUNT: usize = Self::ALL.len();
 
@@ -83,6 +87,7 @@ impl DropReason {
             DropReason::NoMbuf => "no_mbuf",
             DropReason::Impaired => "impaired",
             DropReason::SendError => "send_error",
+            DropReason::Segmented => "segmented",
         }
     }
 }

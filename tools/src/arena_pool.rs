@@ -3,7 +3,7 @@
 //! when there is a GPU, with CUDA, so received payloads land in memory the
 //! GPU reaches without another copy.
 
-use dpdk_ffi::{Eal, Mempool, DEFAULT_DATA_ROOM};
+use dpdk_ffi::{Eal, Mempool};
 use gpudirect::{Arena, DpdkArena, Gpu, HostRegistration, MemOptions};
 
 use crate::error::{Error, Result};
@@ -19,23 +19,19 @@ pub struct ArenaPool {
 }
 
 impl ArenaPool {
-    /// An arena for `mbufs` buffers of the default data room, registered
-    /// with DPDK and CUDA (host-only without a GPU), and a pool over it.
-    pub fn new(eal: &Eal, mbufs: u32) -> Result<ArenaPool> {
+    /// An arena for `mbufs` buffers of `data_room` bytes each (one whole
+    /// frame: `stack::runtime::data_room`), registered with DPDK and CUDA
+    /// (host-only without a GPU), and a pool over it.
+    pub fn new(eal: &Eal, mbufs: u32, data_room: u16) -> Result<ArenaPool> {
         let err = |e: gpudirect::Error| Error::Usage(format!("--mbuf-arena: {e}"));
-        let room = DEFAULT_DATA_ROOM as usize;
+        let room = data_room as usize;
         // Twice the buffers' bytes: in IOVA-as-PA mode each page holds whole
         // buffers only, and with normal-page fallback that wastes up to half.
         let len = 2 * mbufs as usize * room.next_multiple_of(gpudirect::CACHE_LINE) + (4 << 20);
         let arena = Arena::new(len, &MemOptions::default()).map_err(err)?;
         let dpdk = DpdkArena::register(eal, &arena).map_err(err)?;
         let pool = dpdk
-            .pktmbuf_pool(
-                &format!("arena_{}", std::process::id()),
-                mbufs,
-                256,
-                DEFAULT_DATA_ROOM,
-            )
+            .pktmbuf_pool(&pool_name(), mbufs, 256, data_room)
             .map_err(err)?;
         let gpu = Gpu::probe();
         let cuda = gpu.register_host(arena.memory().clone()).map_err(err)?;
@@ -71,4 +67,12 @@ impl ArenaPool {
             if self.arena.is_huge() { ", huge" } else { ", normal: no hugepages reserved" },
         )
     }
+}
+
+/// A mempool name no other arena of this process has.
+fn pool_name() -> String {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    static ARENAS: AtomicUsize = AtomicUsize::new(0);
+    let n = ARENAS.fetch_add(1, Ordering::Relaxed);
+    format!("arena_{}_{n}", std::process::id())
 }

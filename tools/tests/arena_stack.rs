@@ -34,10 +34,31 @@ fn stack_on_an_arena_pool_receives_into_the_arena_and_echoes_byte_exact() {
         extra: &[],
     })
     .expect("EAL (root and hugepages: scripts/setup-host.sh)");
-    let arena = ArenaPool::new(&eal, 4095).unwrap();
+    let arena = ArenaPool::new(&eal, 4095, dpdk_ffi::DEFAULT_DATA_ROOM).unwrap();
     let (ours, kernel_ip) = (Ipv4Addr::new(10, 93, 0, 2), Ipv4Addr::new(10, 93, 0, 1));
     let mut cfg = RuntimeConfig::new(&format!("net_tap_as0,iface={IFACE}"), ours, 24);
     cfg.pool = Some(arena.pool().clone());
+    // Buffers too small for the MTU's frames are refused before the port
+    // opens (the stack handles single-segment packets only).
+    cfg.mtu = Some(9000);
+    let err = Runtime::start(&eal, &cfg)
+        .err()
+        .expect("a 2176-byte pool at MTU 9000");
+    assert!(err.to_string().contains("single-segment"), "{err}");
+    // An arena sized for the MTU (what --mbuf-arena --mtu makes) passes
+    // that check; net_tap itself then refuses frames over 1522 bytes.
+    let room = stack::runtime::data_room("net_tap_as0", Some(9000)).unwrap();
+    let jumbo = ArenaPool::new(&eal, 4095, room).unwrap();
+    assert!(jumbo.pool().data_room() >= room);
+    let mut jumbo_cfg = cfg.clone();
+    jumbo_cfg.pool = Some(jumbo.pool().clone());
+    let err = Runtime::start(&eal, &jumbo_cfg)
+        .err()
+        .expect("net_tap has no jumbo frames");
+    assert!(err.to_string().contains("MTU of 9000"), "{err}");
+    drop(jumbo_cfg);
+    drop(jumbo);
+    cfg.mtu = None;
     let rt = Runtime::start(&eal, &cfg).unwrap();
     assert!(
         rt.port().dma_mapped_runs().is_some(),

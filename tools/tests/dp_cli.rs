@@ -237,6 +237,30 @@ fn certs_makes_a_cluster_ca_and_node_certificates() {
         !out.status.success() && stderr.contains("already has a CA"),
         "{stderr}"
     );
+    // A node's directory has ca.pem but not ca.key: --ca there is refused
+    // too, and the cluster's ca.pem stays.
+    let node_dir = dir.join("node-only");
+    std::fs::create_dir(&node_dir).unwrap();
+    let ca_pem = std::fs::read(dir.join("ca.pem")).unwrap();
+    std::fs::write(node_dir.join("ca.pem"), &ca_pem).unwrap();
+    let out = Command::new(DP)
+        .args([
+            "certs",
+            "--dir",
+            node_dir.to_str().unwrap(),
+            "--ca",
+            "--node",
+            "n9",
+        ])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && stderr.contains("already has a CA (ca.pem)"),
+        "{stderr}"
+    );
+    assert_eq!(std::fs::read(node_dir.join("ca.pem")).unwrap(), ca_pem);
+    assert!(!node_dir.join("n9.key").exists());
     // Nodes without a CA, and bad names, get one clear line.
     let empty = dir.join("empty");
     let out = Command::new(DP)
@@ -286,7 +310,7 @@ fn certs_makes_a_cluster_ca_and_node_certificates() {
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
-        !out.status.success() && stderr.contains("node node2 already has a key"),
+        !out.status.success() && stderr.contains("node node2 already has a certificate or key"),
         "{stderr}"
     );
     assert_eq!(

@@ -43,9 +43,12 @@ impl HostConfig {
         (u32::from(ip) ^ u32::from(self.ip)) & self.mask() == 0
     }
 
-    /// The subnet's directed broadcast address.
-    pub fn broadcast(&self) -> Ipv4Addr {
-        Ipv4Addr::from(u32::from(self.ip) | !self.mask())
+    /// Whether a packet for `ip` goes to every host on the link: the
+    /// limited broadcast address, or the subnet's directed broadcast
+    /// address. /31 and /32 subnets have none (RFC 3021): on a /31 the
+    /// all-ones host is the peer, sent to by its MAC.
+    pub fn is_broadcast(&self, ip: Ipv4Addr) -> bool {
+        ip.is_broadcast() || self.reserved_in_subnet(ip) == Some("broadcast")
     }
 
     /// Whom to send a packet for `dst` to on the link: `dst` itself inside
@@ -136,13 +139,26 @@ mod tests {
         assert_eq!(c.next_hop(outside), None);
         c.gateway = Some(Ipv4Addr::new(10, 0, 0, 1));
         assert_eq!(c.next_hop(outside), c.gateway);
-        assert_eq!(c.broadcast(), Ipv4Addr::new(10, 0, 0, 255));
+        assert!(c.is_broadcast(Ipv4Addr::new(10, 0, 0, 255)));
+        assert!(c.is_broadcast(Ipv4Addr::BROADCAST));
+        assert!(!c.is_broadcast(inside));
         assert!(c.validate().is_ok());
         c.gateway = Some(outside);
         assert!(c.validate().unwrap_err().contains("outside"));
         c.gateway = None;
         c.prefix_len = 0;
         assert!(c.in_subnet(outside));
+    }
+
+    #[test]
+    fn a_31_has_no_broadcast_address_its_peer_is_a_host() {
+        let ours = Ipv4Addr::new(10, 0, 0, 0);
+        let peer = Ipv4Addr::new(10, 0, 0, 1);
+        let c = HostConfig::new(EthernetAddress([2, 0, 0, 0, 0, 1]), ours, 31);
+        assert!(c.validate().is_ok());
+        assert_eq!(c.next_hop(peer), Some(peer));
+        assert!(!c.is_broadcast(peer), "the peer is sent to by its MAC");
+        assert!(c.is_broadcast(Ipv4Addr::BROADCAST));
     }
 
     #[test]

@@ -169,9 +169,16 @@ impl<P> Host<P> {
         let from = repr.source_protocol_addr;
         let known = self.neighbours.lookup(from, now).is_some();
         // Learn from anything aimed at us, and refresh what we already know
-        // (gratuitous ARP): RFC 826's merge rule.
-        if (for_us || known) && !from.is_unspecified() && from != self.cfg.ip {
-            let mac = repr.source_hardware_addr;
+        // (gratuitous ARP): RFC 826's merge rule; but only a unicast host
+        // of our subnet (anything else is reached through the gateway, and
+        // a host spraying made-up senders would fill the table).
+        let mac = repr.source_hardware_addr;
+        let neighbour = self.cfg.in_subnet(from)
+            && self.cfg.reserved_in_subnet(from).is_none()
+            && !from.is_multicast()
+            && !from.is_broadcast()
+            && mac.is_unicast();
+        if (for_us || known) && neighbour && !from.is_unspecified() && from != self.cfg.ip {
             let waiting = self.neighbours.learn(from, mac, now);
             self.released.extend(waiting.into_iter().map(|p| (mac, p)));
         }
@@ -210,9 +217,9 @@ impl<P> Host<P> {
             Err(e) => return Verdict::Drop(reason_of(e)),
         };
         let ip_ok = match csum.ip {
-            CsumStatus::Good => true,
+            CsumStatus::Good | CsumStatus::None => true,
             CsumStatus::Bad => false,
-            CsumStatus::Unknown | CsumStatus::None => ip.verify_checksum(),
+            CsumStatus::Unknown => ip.verify_checksum(),
         };
         if !ip_ok {
             return Verdict::Drop(DropReason::BadChecksum);
@@ -234,9 +241,9 @@ impl<P> Host<P> {
                     Err(e) => return Verdict::Drop(reason_of(e)),
                 };
                 let udp_ok = match csum.l4 {
-                    CsumStatus::Good => true,
+                    CsumStatus::Good | CsumStatus::None => true,
                     CsumStatus::Bad => false,
-                    CsumStatus::Unknown | CsumStatus::None => udp.verify_checksum(src, dst),
+                    CsumStatus::Unknown => udp.verify_checksum(src, dst),
                 };
                 if !udp_ok {
                     return Verdict::Drop(DropReason::BadChecksum);
@@ -597,6 +604,62 @@ mod tests {
         assert_eq!(reply.target_protocol_addr, PEER_IP);
         assert_eq!(h.neighbours().lookup(PEER_IP, Instant::now()), Some(PEER));
         assert_eq!((c.arp_requests_in, c.arp_replies_out), (1, 1));
+    }
+
+    #[test]
+    fn checksums_the_nic_verified_without_a_valid_field_are_accepted() {
+        // virtio's CKSUM_NONE: the field holds a partial sum, the data was
+        // verified. Software verification would drop every such frame.
+        let mut f = eth(US, ether_type::IPV4, None, &ipv4(17, &udp(b"partial", 7)));
+        let udp_checksum_at = 14 + 20 + 6; // Ethernet, IPv4 (no options), UDP ports + length
+        f[udp_checksum_at] ^= 0x33;
+        let mut h = host();
+        let mut c = Counters::default();
+        let verified = RxChecksum {
+            ip: CsumStatus::None,
+            l4: CsumStatus::None,
+        };
+        assert!(matches!(
+            h.classify(&mut f.clone(), verified, Instant::now(), &mut c),
+            Verdict::Udp(_)
+        ));
+        assert!(matches!(
+            h.classify(&mut f, UNKNOWN, Instant::now(), &mut c),
+            Verdict::Drop(DropReason::BadChecksum)
+        ));
+    }
+
+    #[test]
+    fn arp_from_outside_the_subnet_or_from_a_group_address_is_answered_but_not_learned() {
+        let mut h = host();
+        let mut c = Counters::default();
+        let senders = [
+            (PEER, Ipv4Addr::new(192, 168, 7, 7)),
+            (PEER, Ipv4Addr::new(10, 0, 0, 255)),
+            (PEER, Ipv4Addr::new(10, 0, 0, 0)),
+            (EthernetAddress([0x01, 0, 0x5e, 0, 0, 9]), PEER_IP),
+            (EthernetAddress::BROADCAST, PEER_IP),
+        ];
+        for (mac, ip) in senders {
+            let mut arp = vec![0u8; 28];
+            ArpRepr {
+                operation: ArpOperation::Request,
+                source_hardware_addr: mac,
+                source_protocol_addr: ip,
+                target_hardware_addr: EthernetAddress([0; 6]),
+                target_protocol_addr: US_IP,
+            }
+            .emit(&mut arp)
+            .unwrap();
+            let mut f = eth(EthernetAddress::BROADCAST, ether_type::ARP, None, &arp);
+            classify(&mut h, &mut f, &mut c);
+            assert_eq!(
+                h.neighbours().lookup(ip, Instant::now()),
+                None,
+                "{mac} {ip}"
+            );
+        }
+        assert!(h.neighbours().table().is_empty());
     }
 
     #[test]

@@ -2,6 +2,12 @@
 //! but each lcore reads a private copy that it refreshes only when the
 //! table's generation changes, so lookups on the fast path take no lock.
 //! Packets waiting for a resolution are queued per lcore, bounded.
+//!
+//! An entry past its `reachable` time is still used for `stale` more while
+//! it is asked for again (Linux's STALE/PROBE): between two hosts that never
+//! ask each other, a live flow would otherwise stop every `reachable` and
+//! queue behind a fresh request. The table holds at most `max_entries`
+//! learned addresses, so a host spraying ARP cannot grow it without end.
 
 use std::collections::{HashMap, VecDeque};
 use std::net::Ipv4Addr;
@@ -22,6 +28,12 @@ pub struct NeighbourConfig {
     /// Packets queued per unresolved address, and in all.
     pub queue_per_addr: usize,
     pub queue_total: usize,
+    /// How long an entry past `reachable` is still used while it is
+    /// asked for again (every `retry`, up to `max_requests` times).
+    pub stale: Duration,
+    /// Learned (not static) entries the table holds; past that, expired
+    /// ones are purged and new addresses are not learned.
+    pub max_entries: usize,
 }
 
 impl Default for NeighbourConfig {
@@ -32,6 +44,8 @@ impl Default for NeighbourConfig {
             max_requests: 5,
             queue_per_addr: 16,
             queue_total: 1024,
+            stale: Duration::from_millis(2500),
+            max_entries: 4096,
         }
     }
 }
@@ -56,18 +70,57 @@ impl NeighbourTable {
     }
 
     pub fn add_static(&self, ip: Ipv4Addr, mac: EthernetAddress) {
-        self.insert(ip, Entry { mac, expires: None });
+        let mut map = self.entries.write().unwrap_or_else(|e| e.into_inner());
+        map.insert(ip, Entry { mac, expires: None });
+        self.generation.fetch_add(1, Ordering::Release);
     }
 
-    fn insert(&self, ip: Ipv4Addr, entry: Entry) {
+    /// Records a learned entry valid until `expires`; false if the table
+    /// is full of live entries. Every change makes each lcore copy the
+    /// table on its next lookup, so a refresh that only moves the expiry
+    /// is published only once the copies' expiry is half used up (the
+    /// copies then go stale and ask again, which refreshes them).
+    fn learn(
+        &self,
+        ip: Ipv4Addr,
+        mac: EthernetAddress,
+        expires: Instant,
+        cfg: &NeighbourConfig,
+    ) -> bool {
         let mut map = self.entries.write().unwrap_or_else(|e| e.into_inner());
-        if let Some(old) = map.get(&ip) {
-            if old.expires.is_none() {
-                return; // static entries are not overridden by the wire
+        let publish = match map.get(&ip) {
+            // Static entries are not overridden by the wire.
+            Some(old) if old.expires.is_none() => return true,
+            Some(old) => {
+                old.mac != mac
+                    || old
+                        .expires
+                        .is_some_and(|t| expires.saturating_duration_since(t) >= cfg.reachable / 2)
             }
+            None => {
+                let learned = map.values().filter(|e| e.expires.is_some()).count();
+                if learned >= cfg.max_entries {
+                    // Drop what is past use, stale time included.
+                    let now = expires.checked_sub(cfg.reachable).unwrap_or(expires);
+                    map.retain(|_, e| e.expires.is_none_or(|t| t + cfg.stale > now));
+                    if map.values().filter(|e| e.expires.is_some()).count() >= cfg.max_entries {
+                        return false;
+                    }
+                }
+                true
+            }
+        };
+        map.insert(
+            ip,
+            Entry {
+                mac,
+                expires: Some(expires),
+            },
+        );
+        if publish {
+            self.generation.fetch_add(1, Ordering::Release);
         }
-        map.insert(ip, entry);
-        self.generation.fetch_add(1, Ordering::Release);
+        true
     }
 
     fn generation(&self) -> u64 {
@@ -123,6 +176,8 @@ pub struct NeighbourCache<P> {
     last: Option<(Ipv4Addr, Entry)>,
     pending: HashMap<Ipv4Addr, Pending<P>>,
     queued: usize,
+    /// Stale entries being asked for again: requests sent, next one due.
+    probing: HashMap<Ipv4Addr, (u32, Instant)>,
 }
 
 impl<P> NeighbourCache<P> {
@@ -137,6 +192,7 @@ impl<P> NeighbourCache<P> {
             last: None,
             pending: HashMap::new(),
             queued: 0,
+            probing: HashMap::new(),
         }
     }
 
@@ -144,14 +200,10 @@ impl<P> NeighbourCache<P> {
         &self.table
     }
 
-    /// The MAC of `ip` if known and not expired.
+    /// The MAC of `ip` if known and not expired, or expired less than
+    /// `stale` ago (then `poll` asks for it again).
     pub fn lookup(&mut self, ip: Ipv4Addr, now: Instant) -> Option<EthernetAddress> {
-        let generation = self.table.generation();
-        if generation != self.local_generation {
-            self.local = self.table.copy();
-            self.local_generation = generation;
-            self.last = None;
-        }
+        self.sync();
         let entry = match self.last {
             Some((last_ip, e)) if last_ip == ip => Some(e),
             _ => {
@@ -162,22 +214,46 @@ impl<P> NeighbourCache<P> {
                 e
             }
         };
-        entry
-            .filter(|e| e.expires.is_none_or(|t| t > now))
-            .map(|e| e.mac)
+        let e = entry?;
+        match e.expires {
+            Some(t) if t <= now => {
+                if now >= t + self.cfg.stale {
+                    return None;
+                }
+                self.probing.entry(ip).or_insert((0, now));
+                Some(e.mac)
+            }
+            _ => Some(e.mac),
+        }
     }
 
     /// Record what the wire told us (ARP request or reply) and hand back
     /// the packets that were waiting for `ip`.
+    /// (Nothing is learned when the table is full of live entries; the
+    /// packets are handed back all the same, as they are addressed.)
     pub fn learn(&mut self, ip: Ipv4Addr, mac: EthernetAddress, now: Instant) -> Vec<P> {
-        self.table.insert(
-            ip,
-            Entry {
-                mac,
-                expires: Some(now + self.cfg.reachable),
-            },
-        );
+        self.table
+            .learn(ip, mac, now + self.cfg.reachable, &self.cfg);
+        self.probing.remove(&ip);
         self.take_pending(ip)
+    }
+
+    /// Copies the table if it changed since the last copy.
+    fn sync(&mut self) {
+        let generation = self.table.generation();
+        if generation != self.local_generation {
+            self.local = self.table.copy();
+            self.local_generation = generation;
+            self.last = None;
+        }
+    }
+
+    /// Whether `ip` has an entry not past its `reachable` time.
+    fn is_fresh(&mut self, ip: Ipv4Addr, now: Instant) -> bool {
+        self.sync();
+        self.local
+            .get(&ip)
+            .is_some_and(|e| e.expires.is_none_or(|t| t > now))
     }
 
     /// Hand back packets waiting for `ip` if another lcore resolved it.
@@ -247,6 +323,28 @@ impl<P> NeighbourCache<P> {
         for ip in expired {
             dropped.extend(self.take_pending(ip));
         }
+        // Stale entries: ask again until refreshed (here or by another
+        // lcore) or out of tries, then let them go.
+        let probing: Vec<Ipv4Addr> = self.probing.keys().copied().collect();
+        for ip in probing {
+            if self.is_fresh(ip, now) {
+                self.probing.remove(&ip);
+                continue;
+            }
+            let Some((sent, next)) = self.probing.get_mut(&ip) else {
+                continue;
+            };
+            if now < *next {
+                continue;
+            }
+            if *sent >= self.cfg.max_requests {
+                self.probing.remove(&ip);
+            } else {
+                *sent += 1;
+                *next = now + self.cfg.retry;
+                ask.push(ip);
+            }
+        }
         (ask, dropped)
     }
 
@@ -285,7 +383,7 @@ mod tests {
         let mut c = cache(cfg);
         let t0 = Instant::now();
         c.learn(IP, MAC, t0);
-        let later = t0 + cfg.reachable + Duration::from_millis(1);
+        let later = t0 + cfg.reachable + cfg.stale + Duration::from_millis(1);
         assert_eq!(c.lookup(IP, later), None);
         let gw = Ipv4Addr::new(10, 0, 0, 1);
         c.table().add_static(gw, MAC);
@@ -336,6 +434,71 @@ mod tests {
         let other = Ipv4Addr::new(10, 0, 0, 10);
         assert_eq!(c.enqueue(other, 4, now).0, Resolve::SendRequest(other));
         assert_eq!(c.enqueue(other, 5, now), (Resolve::Full, Some(5)));
+    }
+
+    #[test]
+    fn a_stale_entry_is_still_used_while_it_is_asked_for_again() {
+        let cfg = NeighbourConfig::default();
+        let mut c = cache(cfg);
+        let t0 = Instant::now();
+        c.learn(IP, MAC, t0);
+        assert!(c.poll(t0).0.is_empty(), "a fresh entry is not asked for");
+        let stale = t0 + cfg.reachable + Duration::from_millis(1);
+        assert_eq!(c.lookup(IP, stale), Some(MAC), "packets keep flowing");
+        assert_eq!(c.poll(stale).0, vec![IP], "and the address is asked for");
+        assert!(c.poll(stale).0.is_empty(), "once per retry");
+        assert_eq!(c.poll(stale + cfg.retry).0, vec![IP]);
+        // The answer refreshes it: no more requests, fresh again.
+        c.learn(IP, MAC, stale + cfg.retry);
+        assert!(c.poll(stale + cfg.retry * 2).0.is_empty());
+        let later = stale + cfg.retry + cfg.reachable / 2;
+        assert_eq!(c.lookup(IP, later), Some(MAC));
+        assert!(c.poll(later).0.is_empty());
+        // Unanswered, it is given up after `stale`.
+        let gone = stale + cfg.retry + cfg.reachable + cfg.stale;
+        assert_eq!(c.lookup(IP, gone), None);
+    }
+
+    #[test]
+    fn a_refresh_learned_on_one_lcore_stops_the_requests_of_another() {
+        let cfg = NeighbourConfig::default();
+        let table = NeighbourTable::new();
+        let mut a: NeighbourCache<u32> = NeighbourCache::new(table.clone(), cfg);
+        let mut b: NeighbourCache<u32> = NeighbourCache::new(table, cfg);
+        let t0 = Instant::now();
+        a.learn(IP, MAC, t0);
+        let stale = t0 + cfg.reachable + Duration::from_millis(1);
+        assert_eq!(b.lookup(IP, stale), Some(MAC));
+        a.learn(IP, MAC, stale);
+        assert!(b.poll(stale).0.is_empty(), "b sees a's refresh");
+    }
+
+    #[test]
+    fn the_table_is_bounded_and_makes_room_from_expired_entries() {
+        let cfg = NeighbourConfig {
+            max_entries: 3,
+            ..NeighbourConfig::default()
+        };
+        let mut c = cache(cfg);
+        let t0 = Instant::now();
+        let ip = |i: u8| Ipv4Addr::new(10, 0, 1, i);
+        for i in 0..5 {
+            c.learn(ip(i), MAC, t0);
+        }
+        assert_eq!(c.table().len(), 3);
+        assert_eq!(c.lookup(ip(3), t0), None, "not learned: the table is full");
+        // A static entry does not count and is always taken.
+        c.table().add_static(ip(200), MAC);
+        assert_eq!(c.lookup(ip(200), t0), Some(MAC));
+        // Once the others are past use, a new address takes their place.
+        let later = t0 + cfg.reachable + cfg.stale + Duration::from_millis(1);
+        c.learn(ip(4), MAC, later);
+        assert_eq!(c.lookup(ip(4), later), Some(MAC));
+        assert_eq!(
+            c.table().len(),
+            2,
+            "the expired three are gone, the static stays"
+        );
     }
 
     #[test]

@@ -329,6 +329,10 @@ impl DpdkIo {
             };
             counters.rx_packets += 1;
             counters.rx_bytes += m.len() as u64;
+            if m.is_segmented() {
+                counters.drop(DropReason::Segmented);
+                continue;
+            }
             let csum = if *rx_checksum_offload {
                 m.rx_checksum()
             } else {
@@ -349,7 +353,13 @@ impl DpdkIo {
                         local_port: meta.local_port,
                         capacity: meta.payload_len.max(*max_payload) as u32,
                         // Headers fit in the headroom's u16 by construction.
-                        turnaround: meta.payload_offset as u16,
+                        // Turned-around headers keep their checksums, which
+                        // a CsumStatus::None frame does not have.
+                        turnaround: if csum.ip == CsumStatus::None || csum.l4 == CsumStatus::None {
+                            0
+                        } else {
+                            meta.payload_offset as u16
+                        },
                     });
                 }
                 Verdict::Reply { len } => {
@@ -382,8 +392,9 @@ impl DpdkIo {
         }
         let peer = d.peer;
         let cfg = self.host.config();
-        let broadcast = peer.ip().is_broadcast() || *peer.ip() == cfg.broadcast();
-        let Some(hop) = cfg.next_hop(*peer.ip()) else {
+        let broadcast = cfg.is_broadcast(*peer.ip());
+        // A broadcast goes out on the link whatever the routes say.
+        let Some(hop) = cfg.next_hop(*peer.ip()).or(broadcast.then_some(*peer.ip())) else {
             self.counters.drop(DropReason::NoRoute);
             return;
         };

@@ -58,10 +58,13 @@ fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> CertError + '_ {
     }
 }
 
-/// Write `contents` to `path`; private keys are readable by the owner only.
+/// Write `contents` to a new file at `path`; private keys are readable by
+/// the owner only. An existing file (or a link planted in its place) is an
+/// error, never overwritten: a CA or key replaced by mistake cuts a node
+/// off its cluster, and the mode is only applied to files we create.
 fn write_file(path: &Path, contents: &str, private: bool) -> Result<(), CertError> {
     let mut opts = fs::OpenOptions::new();
-    opts.write(true).create(true).truncate(true);
+    opts.write(true).create_new(true);
     if private {
         use std::os::unix::fs::OpenOptionsExt;
         opts.mode(0o600);
@@ -181,7 +184,8 @@ mod tests {
 
     #[test]
     fn node_certificates_are_signed_by_the_cluster_ca() {
-        let dir = std::env::temp_dir().join(format!("ainftp-ca-{}", std::process::id()));
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().to_path_buf();
         create_ca(&dir, "test").unwrap();
         let node = issue_node(&dir, "node0").unwrap();
         let ca_pem = fs::read_to_string(dir.join("ca.pem")).unwrap();
@@ -194,7 +198,10 @@ mod tests {
         };
         assert_eq!(key_mode, 0o600);
         // The chain verifies for real in the QUIC handshake tests.
-        fs::remove_dir_all(&dir).unwrap();
+        // Files are never written over: a second CA in the same place fails.
+        let err = create_ca(&dir, "again").unwrap_err();
+        assert!(err.to_string().contains("exists"), "{err}");
+        assert_eq!(fs::read_to_string(dir.join("ca.pem")).unwrap(), ca_pem);
     }
 
     #[test]

@@ -215,24 +215,16 @@ impl Runtime {
             .chain(eal.worker_lcores())
             .collect();
         let n = lcores.len() as u16;
+        // Jumbo MTUs get mbufs that hold a whole frame: the stack sends
+        // and receives single-segment packets only.
+        let room = data_room(&cfg.device, cfg.mtu)?;
         let pool = match &cfg.pool {
             Some(pool) => {
                 refuse_external_pool_on_af_xdp(&cfg.device, pool)?;
+                refuse_pool_smaller_than_frames(pool, room, cfg.mtu)?;
                 pool.clone()
             }
-            // Jumbo MTUs get mbufs that hold a whole frame: the stack
-            // sends and receives single-segment packets only.
-            None => Mempool::new(
-                eal,
-                &pool_name(),
-                cfg.mbufs,
-                256,
-                match cfg.mtu {
-                    Some(mtu) => data_room_for_mtu(&cfg.device, mtu)?,
-                    None => dpdk_ffi::DEFAULT_DATA_ROOM,
-                },
-                None,
-            )?,
+            None => Mempool::new(eal, &pool_name(), cfg.mbufs, 256, room, None)?,
         };
         let rss_key = if cfg.symmetric_rss {
             SYMMETRIC_KEY.to_vec()
@@ -564,6 +556,28 @@ fn is_af_xdp(device: &str) -> bool {
 
 /// The mbuf data room for frames of `mtu` on `device`; a clear error where
 /// net_af_xdp could not receive such frames into one mbuf.
+/// The mbuf data room that holds a whole frame of `device` at `mtu` (the
+/// port's own when `None`): what a pool handed in `RuntimeConfig::pool`
+/// needs.
+pub fn data_room(device: &str, mtu: Option<u16>) -> Result<u16> {
+    match mtu {
+        Some(mtu) => data_room_for_mtu(device, mtu),
+        None => Ok(dpdk_ffi::DEFAULT_DATA_ROOM),
+    }
+}
+
+fn refuse_pool_smaller_than_frames(pool: &Mempool, room: u16, mtu: Option<u16>) -> Result<()> {
+    if pool.data_room() < room {
+        return Err(Error::Config(format!(
+            "the mempool's buffers hold {} bytes, and a frame at MTU {} needs {room}: \
+             the stack handles single-segment packets only",
+            pool.data_room(),
+            mtu.map_or("default".to_string(), |m| m.to_string()),
+        )));
+    }
+    Ok(())
+}
+
 fn data_room_for_mtu(device: &str, mtu: u16) -> Result<u16> {
     let frame = mtu as usize + MAX_L2_HEADER;
     if !is_af_xdp(device) {

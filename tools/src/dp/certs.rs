@@ -40,15 +40,15 @@ pub struct CertsArgs {
 pub enum CertsError {
     #[error(transparent)]
     Cert(#[from] CertError),
-    #[error("{0} already has a CA (ca.key): refusing to replace it; use another --dir")]
-    CaExists(String),
+    #[error("{0} already has a CA ({1}): refusing to replace it; use another --dir")]
+    CaExists(String, &'static str),
     #[error("nothing to do: give --ca and/or --node NAME")]
     NothingToDo,
     #[error("node name \"ca\" would write over the CA's own files (ca.pem, ca.key): pick another")]
     ReservedName,
     #[error("--node {0} is given twice")]
     NodeTwice(String),
-    #[error("node {node} already has a key in {dir}: refusing to replace it; remove {node}.pem and {node}.key to issue it again")]
+    #[error("node {node} already has a certificate or key in {dir}: refusing to replace it; remove {node}.pem and {node}.key to issue it again")]
     NodeExists { node: String, dir: String },
 }
 
@@ -73,14 +73,21 @@ pub fn run(args: &CertsArgs) -> Result<Vec<String>, CertsError> {
     {
         return Err(CertsError::NodeTwice(twice.clone()));
     }
-    if args.ca && args.dir.join("ca.key").exists() {
-        return Err(CertsError::CaExists(args.dir.display().to_string()));
+    // A node's directory holds ca.pem without ca.key: either file means
+    // a CA, and replacing ca.pem would make the node refuse every peer.
+    if args.ca {
+        if let Some(f) = ["ca.key", "ca.pem"]
+            .into_iter()
+            .find(|f| args.dir.join(f).exists())
+        {
+            return Err(CertsError::CaExists(args.dir.display().to_string(), f));
+        }
     }
-    if let Some(node) = args
-        .nodes
-        .iter()
-        .find(|n| args.dir.join(format!("{n}.key")).exists())
-    {
+    if let Some(node) = args.nodes.iter().find(|n| {
+        ["key", "pem"]
+            .iter()
+            .any(|ext| args.dir.join(format!("{n}.{ext}")).exists())
+    }) {
         return Err(CertsError::NodeExists {
             node: node.clone(),
             dir: args.dir.display().to_string(),

@@ -57,7 +57,11 @@ pub fn run(args: &args::DpArgs) -> Result<Summary> {
     })?;
     // Kept until the runtime is done with the pool.
     let arena = match plan.mbuf_arena {
-        true => Some(ArenaPool::new(&eal, plan.runtime.mbufs)?),
+        true => Some(ArenaPool::new(
+            &eal,
+            plan.runtime.mbufs,
+            stack::runtime::data_room(&plan.runtime.device, plan.runtime.mtu)?,
+        )?),
         false => None,
     };
     plan.runtime.pool = arena.as_ref().map(|a| a.pool().clone());

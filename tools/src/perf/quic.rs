@@ -165,7 +165,11 @@ pub(crate) fn port_runtime(
     // connection ID names, whichever queue it came in on.
     cfg.payload_owner = Some(stack::quic::cid::owner_of_datagram);
     let arena = match args.mbuf_arena {
-        true => Some(ArenaPool::new(eal, cfg.mbufs)?),
+        true => Some(ArenaPool::new(
+            eal,
+            cfg.mbufs,
+            stack::runtime::data_room(&cfg.device, cfg.mtu)?,
+        )?),
         false => None,
     };
     cfg.pool = arena.as_ref().map(|a| a.pool().clone());
