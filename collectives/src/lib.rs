@@ -93,7 +93,8 @@
 //! **Bit-identical results.** Every reduced element is produced by one
 //! rank (ring, direct: the shard owner) or by a computation every rank
 //! performs on the same operands (recursive doubling: `a + b == b + a` in
-//! IEEE arithmetic, and max and min are made commutative to the bit: a NaN
+//! IEEE arithmetic, except the payload of a sum of two NaNs; max and min
+//! are made commutative to the bit: a NaN
 //! on either side gives the canonical NaN, and of +0 and -0 max takes +0
 //! and min -0); results are then moved as the same encoded bytes. Under
 //! i16 the producer keeps the value its receivers decode from what it

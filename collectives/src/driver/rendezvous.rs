@@ -156,6 +156,7 @@ pub fn exchange(
         serve(
             env,
             SocketAddrV4::new(ip, mine.port()),
+            mine.ip().is_unspecified(),
             master.port(),
             deadline,
         )
@@ -229,6 +230,7 @@ const ACCEPTS_PER_PASS: usize = 64;
 fn serve(
     env: &RankEnv,
     mine: SocketAddrV4,
+    rank0_wildcard: bool,
     port: u16,
     deadline: Instant,
 ) -> Result<(Vec<SocketAddrV4>, Watch)> {
@@ -339,7 +341,7 @@ fn serve(
         }
     }
     let mut table: Vec<SocketAddrV4> = table.into_iter().map(|a| a.expect("all set")).collect();
-    name_local_ranks_as_remote_ranks_see_them(&mut table, &checked_in);
+    name_local_ranks_as_remote_ranks_see_them(&mut table, &checked_in, rank0_wildcard);
     let mut reply = format!("ok {}\n", env.world);
     for a in &table {
         reply.push_str(&format!("{a}\n"));
@@ -358,28 +360,39 @@ fn serve(
 /// /etc/hosts), rank 0 and the ranks beside it reached the rendezvous over
 /// loopback and named loopback addresses, which the other hosts would dial
 /// on themselves. If any rank reached rank 0 from another address, the
-/// loopback entries (all on rank 0's host) are renamed to the address that
-/// rank reached rank 0 on.
+/// loopback entries that were made from a wildcard bind (rank 0's own when
+/// `rank0_wildcard`; another rank's when it is the address its connection
+/// came from) are renamed to the address that rank reached rank 0 on. A
+/// rank bound to a loopback address on purpose keeps it.
 fn name_local_ranks_as_remote_ranks_see_them(
     table: &mut [SocketAddrV4],
     checked_in: &[(usize, TcpStream)],
+    rank0_wildcard: bool,
 ) {
-    let seen_from_afar =
-        checked_in
-            .iter()
-            .find_map(|(_, s)| match (s.peer_addr(), s.local_addr()) {
-                (Ok(SocketAddr::V4(peer)), Ok(SocketAddr::V4(local)))
-                    if !peer.ip().is_loopback() =>
-                {
-                    Some(*local.ip())
-                }
-                _ => None,
-            });
+    let v4 = |a: std::io::Result<SocketAddr>| match a {
+        Ok(SocketAddr::V4(a)) => Some(*a.ip()),
+        _ => None,
+    };
+    let seen_from_afar = checked_in.iter().find_map(|(_, s)| {
+        let peer = v4(s.peer_addr())?;
+        (!peer.is_loopback()).then(|| v4(s.local_addr())).flatten()
+    });
     let Some(ip) = seen_from_afar else {
         return;
     };
-    for a in table.iter_mut().filter(|a| a.ip().is_loopback()) {
-        *a = SocketAddrV4::new(ip, a.port());
+    let mut renamed: Vec<usize> = checked_in
+        .iter()
+        .filter(|(rank, s)| {
+            let own = *table[*rank].ip();
+            own.is_loopback() && v4(s.peer_addr()) == Some(own)
+        })
+        .map(|(rank, _)| *rank)
+        .collect();
+    if rank0_wildcard && table[0].ip().is_loopback() {
+        renamed.push(0);
+    }
+    for rank in renamed {
+        table[rank] = SocketAddrV4::new(ip, table[rank].port());
     }
 }
 
@@ -758,6 +771,29 @@ mod tests {
             .map(|&p| SocketAddrV4::new(Ipv4Addr::new(10, 231, 5, 1), p))
             .collect();
         assert_eq!(table2, want, "no loopback address reaches another host");
+    }
+
+    #[test]
+    fn ranks_bound_to_loopback_on_purpose_keep_their_address() {
+        // One host whose MASTER_ADDR is a non-loopback address of its own,
+        // every rank bound to 127.0.0.1 (AINFTP_BIND): nothing is renamed.
+        let _link = LocalLink::up("ainfrdv1", "10.231.6.1");
+        let port = free_port();
+        let env = |rank: usize| RankEnv {
+            rank,
+            world: 2,
+            master_addr: "10.231.6.1".into(),
+            master_port: port,
+        };
+        let bound = |p: u16| SocketAddrV4::new(Ipv4Addr::LOCALHOST, p);
+        let e0 = env(0);
+        let rank0 =
+            std::thread::spawn(move || exchange(&e0, bound(41300), Duration::from_secs(20)));
+        let table1 = exchange(&env(1), bound(41301), Duration::from_secs(20))
+            .expect("rank 1 gets the table")
+            .0;
+        assert_eq!(rank0.join().unwrap().expect("rank 0").0, table1);
+        assert_eq!(table1, vec![bound(41300), bound(41301)]);
     }
 
     #[test]

@@ -576,21 +576,26 @@ mod tests {
         assert_eq!(c.udp_in, 1);
     }
 
-    #[test]
-    fn arp_request_for_us_becomes_a_reply_and_teaches_us_the_sender() {
-        let mut h = host();
-        let mut c = Counters::default();
+    /// A broadcast "who has US_IP" frame from `mac` / `ip`.
+    fn arp_request_for_us(mac: EthernetAddress, ip: Ipv4Addr) -> Vec<u8> {
         let mut arp = vec![0u8; 28];
         ArpRepr {
             operation: ArpOperation::Request,
-            source_hardware_addr: PEER,
-            source_protocol_addr: PEER_IP,
+            source_hardware_addr: mac,
+            source_protocol_addr: ip,
             target_hardware_addr: EthernetAddress([0; 6]),
             target_protocol_addr: US_IP,
         }
         .emit(&mut arp)
         .unwrap();
-        let mut f = eth(EthernetAddress::BROADCAST, ether_type::ARP, None, &arp);
+        eth(EthernetAddress::BROADCAST, ether_type::ARP, None, &arp)
+    }
+
+    #[test]
+    fn arp_request_for_us_becomes_a_reply_and_teaches_us_the_sender() {
+        let mut h = host();
+        let mut c = Counters::default();
+        let mut f = arp_request_for_us(PEER, PEER_IP);
         let Verdict::Reply { len } = classify(&mut h, &mut f, &mut c) else {
             panic!("no reply");
         };
@@ -641,17 +646,7 @@ mod tests {
             (EthernetAddress::BROADCAST, PEER_IP),
         ];
         for (mac, ip) in senders {
-            let mut arp = vec![0u8; 28];
-            ArpRepr {
-                operation: ArpOperation::Request,
-                source_hardware_addr: mac,
-                source_protocol_addr: ip,
-                target_hardware_addr: EthernetAddress([0; 6]),
-                target_protocol_addr: US_IP,
-            }
-            .emit(&mut arp)
-            .unwrap();
-            let mut f = eth(EthernetAddress::BROADCAST, ether_type::ARP, None, &arp);
+            let mut f = arp_request_for_us(mac, ip);
             classify(&mut h, &mut f, &mut c);
             assert_eq!(
                 h.neighbours().lookup(ip, Instant::now()),

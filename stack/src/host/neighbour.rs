@@ -78,8 +78,8 @@ impl NeighbourTable {
     /// Records a learned entry valid until `expires`; false if the table
     /// is full of live entries. Every change makes each lcore copy the
     /// table on its next lookup, so a refresh that only moves the expiry
-    /// is published only once the copies' expiry is half used up (the
-    /// copies then go stale and ask again, which refreshes them).
+    /// is taken only once the entry's expiry is half used up; an earlier
+    /// one is ignored, so that the table always holds what the copies saw.
     fn learn(
         &self,
         ip: Ipv4Addr,
@@ -88,14 +88,16 @@ impl NeighbourTable {
         cfg: &NeighbourConfig,
     ) -> bool {
         let mut map = self.entries.write().unwrap_or_else(|e| e.into_inner());
-        let publish = match map.get(&ip) {
+        match map.get(&ip) {
             // Static entries are not overridden by the wire.
             Some(old) if old.expires.is_none() => return true,
             Some(old) => {
-                old.mac != mac
-                    || old
-                        .expires
-                        .is_some_and(|t| expires.saturating_duration_since(t) >= cfg.reachable / 2)
+                let due = old
+                    .expires
+                    .is_some_and(|t| expires.saturating_duration_since(t) >= cfg.reachable / 2);
+                if old.mac == mac && !due {
+                    return true;
+                }
             }
             None => {
                 let learned = map.values().filter(|e| e.expires.is_some()).count();
@@ -107,9 +109,8 @@ impl NeighbourTable {
                         return false;
                     }
                 }
-                true
             }
-        };
+        }
         map.insert(
             ip,
             Entry {
@@ -117,9 +118,7 @@ impl NeighbourTable {
                 expires: Some(expires),
             },
         );
-        if publish {
-            self.generation.fetch_add(1, Ordering::Release);
-        }
+        self.generation.fetch_add(1, Ordering::Release);
         true
     }
 
@@ -471,6 +470,29 @@ mod tests {
         assert_eq!(b.lookup(IP, stale), Some(MAC));
         a.learn(IP, MAC, stale);
         assert!(b.poll(stale).0.is_empty(), "b sees a's refresh");
+    }
+
+    #[test]
+    fn refreshes_closer_than_half_a_lifetime_are_not_lost_to_the_other_lcores() {
+        // A peer that asks for us every 25 s refreshes our entry for it;
+        // the lcores must see the refresh before their copy expires.
+        let cfg = NeighbourConfig::default();
+        let table = NeighbourTable::new();
+        let mut a: NeighbourCache<u32> = NeighbourCache::new(table.clone(), cfg);
+        let mut b: NeighbourCache<u32> = NeighbourCache::new(table, cfg);
+        let t0 = Instant::now();
+        for k in 0..5u32 {
+            let at = t0 + Duration::from_secs(25) * k;
+            a.learn(IP, MAC, at);
+            // b sends all along, so it holds a copy of the table.
+            assert_eq!(b.lookup(IP, at), Some(MAC));
+        }
+        // Past the first expiry, and every later one, b's entry is fresh.
+        for at in [61u64, 121] {
+            let now = t0 + Duration::from_secs(at);
+            assert_eq!(b.lookup(IP, now), Some(MAC));
+            assert!(b.poll(now).0.is_empty(), "b asks again at {at} s");
+        }
     }
 
     #[test]

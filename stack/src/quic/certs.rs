@@ -73,6 +73,19 @@ fn write_file(path: &Path, contents: &str, private: bool) -> Result<(), CertErro
     f.write_all(contents.as_bytes()).map_err(io_err(path))
 }
 
+/// Writes a certificate and its key, neither if either file exists: a
+/// new certificate beside an old key (or the reverse) is a broken pair.
+fn write_pair(cert: &Path, cert_pem: &str, key: &Path, key_pem: &str) -> Result<(), CertError> {
+    if let Some(taken) = [cert, key].into_iter().find(|p| p.exists()) {
+        return Err(CertError::Io {
+            path: taken.to_path_buf(),
+            source: std::io::Error::from(std::io::ErrorKind::AlreadyExists),
+        });
+    }
+    write_file(cert, cert_pem, false)?;
+    write_file(key, key_pem, true)
+}
+
 /// Whether `name` can be a node's file name and DNS name.
 pub fn valid_name(name: &str) -> bool {
     !name.is_empty()
@@ -99,8 +112,7 @@ pub fn create_ca(dir: &Path, cluster: &str) -> Result<NodeFiles, CertError> {
         cert: dir.join("ca.pem"),
         key: dir.join("ca.key"),
     };
-    write_file(&files.ca, &cert.pem(), false)?;
-    write_file(&files.key, &key.serialize_pem(), true)?;
+    write_pair(&files.ca, &cert.pem(), &files.key, &key.serialize_pem())?;
     Ok(files)
 }
 
@@ -134,8 +146,7 @@ pub fn issue_node(dir: &Path, name: &str) -> Result<NodeFiles, CertError> {
     params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
     let cert = params.signed_by(&key, &issuer)?;
     let files = NodeFiles::in_dir(dir, name);
-    write_file(&files.cert, &cert.pem(), false)?;
-    write_file(&files.key, &key.serialize_pem(), true)?;
+    write_pair(&files.cert, &cert.pem(), &files.key, &key.serialize_pem())?;
     Ok(files)
 }
 
@@ -198,10 +209,15 @@ mod tests {
         };
         assert_eq!(key_mode, 0o600);
         // The chain verifies for real in the QUIC handshake tests.
-        // Files are never written over: a second CA in the same place fails.
+        // Files are never written over: a second CA in the same place fails,
+        // and so does one where only the key is (no new ca.pem beside it).
         let err = create_ca(&dir, "again").unwrap_err();
         assert!(err.to_string().contains("exists"), "{err}");
         assert_eq!(fs::read_to_string(dir.join("ca.pem")).unwrap(), ca_pem);
+        fs::remove_file(dir.join("ca.pem")).unwrap();
+        let err = create_ca(&dir, "again").unwrap_err();
+        assert!(err.to_string().contains("ca.key"), "{err}");
+        assert!(!dir.join("ca.pem").exists());
     }
 
     #[test]

@@ -554,8 +554,6 @@ fn is_af_xdp(device: &str) -> bool {
     device.starts_with("net_af_xdp")
 }
 
-/// The mbuf data room for frames of `mtu` on `device`; a clear error where
-/// net_af_xdp could not receive such frames into one mbuf.
 /// The mbuf data room that holds a whole frame of `device` at `mtu` (the
 /// port's own when `None`): what a pool handed in `RuntimeConfig::pool`
 /// needs.
@@ -578,6 +576,8 @@ fn refuse_pool_smaller_than_frames(pool: &Mempool, room: u16, mtu: Option<u16>) 
     Ok(())
 }
 
+/// The mbuf data room for frames of `mtu` on `device`; a clear error where
+/// net_af_xdp could not receive such frames into one mbuf.
 fn data_room_for_mtu(device: &str, mtu: u16) -> Result<u16> {
     let frame = mtu as usize + MAX_L2_HEADER;
     if !is_af_xdp(device) {
