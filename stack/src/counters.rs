@@ -115,11 +115,13 @@ pub struct Counters {
     pub impair_duplicated: u64,
     pub impair_reordered: u64,
     pub impair_corrupted: u64,
+    /// Naps the lcore's loop took while idle (`IdlePolicy::Adaptive`).
+    pub idle_naps: u64,
     pub drops: [u64; DropReason::COUNT],
 }
 
 /// Counters kept as plain fields (the drops follow them in the array).
-const FIELDS: usize = 16;
+const FIELDS: usize = 17;
 
 impl Counters {
     pub fn drop(&mut self, reason: DropReason) {
@@ -152,6 +154,7 @@ impl Counters {
         self.impair_duplicated += o.impair_duplicated;
         self.impair_reordered += o.impair_reordered;
         self.impair_corrupted += o.impair_corrupted;
+        self.idle_naps += o.idle_naps;
         for (d, s) in self.drops.iter_mut().zip(o.drops.iter()) {
             *d += s;
         }
@@ -185,6 +188,7 @@ impl Counters {
             self.impair_duplicated,
             self.impair_reordered,
             self.impair_corrupted,
+            self.idle_naps,
         ]);
         a[FIELDS..].copy_from_slice(&self.drops);
         a
@@ -210,6 +214,7 @@ impl Counters {
             impair_duplicated: a[13],
             impair_reordered: a[14],
             impair_corrupted: a[15],
+            idle_naps: a[16],
             drops,
         }
     }

@@ -692,6 +692,10 @@ impl<P: super::CountedIo> super::CountedIo for Impaired<P> {
         c.impair_corrupted += s.corrupted;
         c
     }
+
+    fn frames_moved(&self) -> u64 {
+        self.inner.frames_moved()
+    }
 }
 
 #[cfg(test)]

@@ -81,4 +81,12 @@ pub trait PacketIo {
 /// runtime's loop and the binaries print every backend alike.
 pub trait CountedIo: PacketIo {
     fn counters(&self) -> crate::counters::Counters;
+
+    /// Frames received or sent so far, this lcore's own and those it moves
+    /// for others (software steering): work for the loop's back-off even
+    /// when the app got no datagram.
+    fn frames_moved(&self) -> u64 {
+        let c = self.counters();
+        c.rx_packets + c.tx_packets
+    }
 }

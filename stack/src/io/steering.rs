@@ -110,15 +110,16 @@ impl Steering {
     }
 
     /// On the steering lcore of a single-tx-queue port: send on `q` what
-    /// the other lcores handed back (they counted it).
-    pub(super) fn send_returns(&mut self, q: &mut TxQueue) {
+    /// the other lcores handed back (they counted it); returns how many.
+    pub(super) fn send_returns(&mut self, q: &mut TxQueue) -> usize {
         let Some((ring, held)) = self.returns.as_mut() else {
-            return;
+            return 0;
         };
         ring.dequeue_burst(held);
-        if !held.is_empty() {
-            q.tx_burst(held);
+        if held.is_empty() {
+            return 0;
         }
+        q.tx_burst(held)
     }
 
     /// Place first by what `owner` reads in the UDP payload.

@@ -646,18 +646,27 @@ pub fn app_loop<P: CountedIo, A: LcoreApp<P>>(
     };
     let mut loops: u64 = 0;
     while !stop.load(Ordering::Relaxed) {
-        let moved = app.poll(io);
+        let before = io.frames_moved();
+        let mut moved = app.poll(io);
+        // A steering lcore whose own flows are quiet still moves the
+        // others' frames: it must not nap.
+        if moved == 0 && io.frames_moved() != before {
+            moved = 1;
+        }
         loops += 1;
         // Timers and counters need not run every iteration at full rate.
         if moved == 0 || loops.is_multiple_of(64) {
             io.poll(Instant::now());
-            publish.publish(&total(io, app));
+            let mut c = total(io, app);
+            c.idle_naps = backoff.naps();
+            publish.publish(&c);
         }
         backoff.after_poll(moved);
     }
     app.drain(io);
     io.poll(Instant::now());
-    let last = total(io, app);
+    let mut last = total(io, app);
+    last.idle_naps = backoff.naps();
     publish.publish(&last);
     last
 }

@@ -72,6 +72,8 @@ pub struct LcoreSummary {
     pub steered: u64,
     pub arp_replies: u64,
     pub icmp_echo_replies: u64,
+    /// Naps the lcore took while idle (adaptive idle policy).
+    pub idle_naps: u64,
     pub drops: std::collections::BTreeMap<String, u64>,
     /// What `--impair` did to sent packets (absent without it).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -182,6 +184,7 @@ impl Summary {
                     steered: c.steered,
                     arp_replies: c.arp_replies_out,
                     icmp_echo_replies: c.icmp_echo_replies,
+                    idle_naps: c.idle_naps,
                     drops: c
                         .drop_list()
                         .into_iter()
