@@ -201,6 +201,7 @@ fn run_rank(
                 world: 2,
                 master_addr: RANK0.to_string(),
                 master_port: MASTER_PORT,
+                lane: collectives::driver::Lane::ONLY,
             };
             Communicator::from_env_bound(&env, peers[rank], cfg)
         }

@@ -115,10 +115,11 @@ where
     config.validate()?;
     // One budget for every lane's rendezvous and connections together.
     let start = Instant::now();
-    let mut meshes = Vec::with_capacity(ios.len());
+    let lanes = ios.len();
+    let mut meshes = Vec::with_capacity(lanes);
     for (k, (io, advertise)) in ios.into_iter().enumerate() {
         let left = config.connect_left(start);
-        let (peers, watch) = rendezvous::exchange(&env.lane(k)?, advertise, left)?;
+        let (peers, watch) = rendezvous::exchange(&env.lane(k, lanes)?, advertise, left)?;
         meshes.push((io, peers, watch));
     }
     let left = config.connect_left(start);

@@ -15,7 +15,7 @@
 //! rank that leaves mid-collective closes with data still queued, and the
 //! close discards the goodbye frame behind it.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddrV4;
 use std::time::{Duration, Instant};
 
@@ -103,6 +103,12 @@ const READ_BUDGET: usize = 4 << 20;
 /// collective), and the closed port was only its old mapping.
 const CLOSED_GRACE: Duration = Duration::from_secs(1);
 
+/// How long an accepted connection may go without its hello. A rank sends
+/// it right after the handshake, so this covers retransmissions on a lossy
+/// path; a stranger that says nothing is closed after it instead of
+/// holding a place until newer ones push it out.
+const HELLO_LIMIT: Duration = Duration::from_secs(10);
+
 struct Link {
     conn: ConnHandle,
     stream: Option<u64>,
@@ -148,6 +154,9 @@ pub struct Mesh<B: Backend> {
     ep: Endpoint<B::Buf>,
     tx: Vec<B::Buf>,
     links: Vec<Link>,
+    /// Accepted links with when they were accepted, oldest first, until
+    /// their hello came or `HELLO_LIMIT` passed.
+    awaiting_hello: VecDeque<(Instant, usize)>,
     by_conn: HashMap<ConnHandle, usize>,
     peer_links: Vec<Vec<usize>>,
     rr: Vec<usize>,
@@ -225,6 +234,7 @@ impl<B: Backend> Mesh<B> {
             ep,
             tx: Vec::new(),
             links: Vec::new(),
+            awaiting_hello: VecDeque::new(),
             by_conn: HashMap::new(),
             peer_links: vec![Vec::new(); world],
             rr: vec![0; world],
@@ -512,6 +522,7 @@ impl<B: Backend> Mesh<B> {
             self.io.poll(now);
             self.follow_moved_peers();
             self.note_closed_ports(now);
+            self.refuse_silent(now);
         }
         for l in &self.links {
             if let (Some(r), Some(slot)) = (l.rank, l.slot) {
@@ -545,6 +556,7 @@ impl<B: Backend> Mesh<B> {
                         }
                         let i = self.add_link(conn, peer, None, None);
                         self.links[i].established = true;
+                        self.awaiting_hello.push_back((Instant::now(), i));
                     }
                 },
                 Event::Closed {
@@ -734,6 +746,20 @@ impl<B: Backend> Mesh<B> {
         link.closed = true;
         // Its buffer goes now; the link stays (indexes are kept).
         link.input = FrameReader::empty(0);
+    }
+
+    /// Closes accepted links that said no hello within `HELLO_LIMIT`.
+    fn refuse_silent(&mut self, now: Instant) {
+        while let Some(&(since, i)) = self.awaiting_hello.front() {
+            if now.saturating_duration_since(since) < HELLO_LIMIT {
+                break;
+            }
+            self.awaiting_hello.pop_front();
+            if self.links[i].rank.is_none() && !self.links[i].closed {
+                let why = format!("said no hello within {} s", HELLO_LIMIT.as_secs());
+                self.refuse(i, &why);
+            }
+        }
     }
 
     /// Accepted links that are open and have not said which rank they

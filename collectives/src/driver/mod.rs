@@ -99,7 +99,7 @@ pub use background::{Background, Collectives, Pending};
 pub use communicator::{Communicator, DriverCounters, OpHandle};
 pub use device::{DeviceCounters, DevicePipeline, OnDevice};
 pub use lanes::Lanes;
-pub use rendezvous::RankEnv;
+pub use rendezvous::{Lane, RankEnv};
 
 /// Driver configuration; every rank must use the same `engine` config.
 #[derive(Debug, Clone)]

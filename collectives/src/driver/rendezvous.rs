@@ -4,18 +4,23 @@
 //!
 //! Protocol (one line each, ASCII):
 //! ```text
-//! rank -> 0:  ainftp-rdv/2 RANK WORLD IP:PORT
+//! rank -> 0:  ainftp-rdv/3 RANK WORLD IP:PORT LANE/LANES
 //! 0 -> rank:  ok WORLD            then WORLD lines IP:PORT (rank order)
 //!         or  err MESSAGE
 //! ```
+//! A rank with several lanes runs one rendezvous per lane, lane k on
+//! `MASTER_PORT + k`. The lane in the line keeps two jobs whose port
+//! ranges overlap apart: rank 0 refuses a rank of another lane (it tells
+//! that rank why and goes on waiting for its own), and a rank of its own
+//! lane with another lane count fails the rendezvous.
 //! After the table the connections stay open as the job's liveness links
 //! (module `watch`): a rank whose process dies is reported at once.
 //!
 //! Rank 0 serves all clients at once and gives each `CHECK_IN_LIMIT` to
 //! send its line; a client that is not an ainftp rank is dropped with a
 //! warning. A rank that disagrees on the job (WORLD_SIZE, rank range,
-//! protocol version) fails the rendezvous, and every client rank 0 holds
-//! then is told why. A rank's waits end by its one deadline; rank 0's
+//! lane count, protocol version) fails the rendezvous, and every client
+//! rank 0 holds then is told why; a rank that checks in twice is refused. A rank's waits end by its one deadline; rank 0's
 //! answers (the table, or the error) take at most `ANSWER_LIMIT` more.
 
 use std::io::{BufReader, Read, Write};
@@ -27,7 +32,7 @@ use tracing::warn;
 use super::watch::Watch;
 use crate::error::{Error, Result};
 
-const PROTO: &str = "ainftp-rdv/2";
+const PROTO: &str = "ainftp-rdv/3";
 /// What every version of the protocol starts with: a line without it is
 /// not from an ainftp rank.
 const PROTO_FAMILY: &str = "ainftp-rdv/";
@@ -42,6 +47,40 @@ pub struct RankEnv {
     /// `MASTER_ADDR` as given (a host name or an IPv4 address).
     pub master_addr: String,
     pub master_port: u16,
+    /// Which of the rank's lanes this rendezvous is for.
+    pub lane: Lane,
+}
+
+/// Lane `index` of a rank's `count` lanes, whose rendezvous is on
+/// `MASTER_PORT + index`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Lane {
+    pub index: usize,
+    pub count: usize,
+}
+
+impl Lane {
+    /// A rank with one lane.
+    pub const ONLY: Lane = Lane { index: 0, count: 1 };
+}
+
+impl std::fmt::Display for Lane {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.index, self.count)
+    }
+}
+
+impl std::str::FromStr for Lane {
+    type Err = ();
+
+    fn from_str(s: &str) -> std::result::Result<Lane, ()> {
+        let (i, n) = s.split_once('/').ok_or(())?;
+        let lane = Lane {
+            index: i.parse().map_err(|_| ())?,
+            count: n.parse().map_err(|_| ())?,
+        };
+        (lane.index < lane.count).then_some(lane).ok_or(())
+    }
 }
 
 impl RankEnv {
@@ -91,12 +130,16 @@ impl RankEnv {
             world,
             master_addr: var("MASTER_ADDR")?,
             master_port: port as u16,
+            lane: Lane::ONLY,
         })
     }
 
-    /// The environment of lane `k` of a multi-lane rank: the same job,
-    /// with its rendezvous on `MASTER_PORT + k`.
-    pub fn lane(&self, k: usize) -> Result<RankEnv> {
+    /// The environment of lane `k` of a rank with `lanes` lanes: the same
+    /// job, with its rendezvous on `MASTER_PORT + k`.
+    pub fn lane(&self, k: usize, lanes: usize) -> Result<RankEnv> {
+        if k >= lanes {
+            return Err(Error::Config("a lane index must be below the lane count"));
+        }
         let port = u16::try_from(k)
             .ok()
             .and_then(|k| self.master_port.checked_add(k))
@@ -106,6 +149,10 @@ impl RankEnv {
             })?;
         Ok(RankEnv {
             master_port: port,
+            lane: Lane {
+                index: k,
+                count: lanes,
+            },
             ..self.clone()
         })
     }
@@ -322,16 +369,22 @@ fn serve(
                 warn!(peer = ?s.peer_addr().ok(), line = %line.escape_debug(), "rendezvous: dropped a client that is not an ainftp rank");
                 continue;
             }
-            match check_in(&line, env.world) {
-                Ok((rank, addr)) if table[rank].is_none() => {
+            match check_in(&line, env) {
+                Ok(CheckIn::Rank(rank, addr)) if table[rank].is_none() => {
                     table[rank] = Some(addr);
                     checked_in.push((rank, s));
                 }
-                Ok((rank, _)) => {
-                    let _ = answer_all(
-                        std::slice::from_mut(&mut s),
-                        &format!("err rank {rank} checked in twice\n"),
+                Ok(CheckIn::Rank(rank, _)) => {
+                    warn!(rank, peer = ?s.peer_addr().ok(), "rendezvous: a rank checked in twice; refused the second");
+                    refuse(&mut s, &format!("rank {rank} checked in twice"));
+                }
+                Ok(CheckIn::OtherLane(lane)) => {
+                    let why = format!(
+                        "port {port} serves lane {} of a job, this rank is lane {lane}: another job's MASTER_PORT range overlaps (a job with N lanes takes MASTER_PORT to MASTER_PORT+N-1)",
+                        env.lane
                     );
+                    warn!(peer = ?s.peer_addr().ok(), %why, "rendezvous: refused a rank of another job");
+                    refuse(&mut s, &why);
                 }
                 Err(why) => return give_up(checked_in, pending, Some(s), why),
             }
@@ -396,14 +449,23 @@ fn name_local_ranks_as_remote_ranks_see_them(
     }
 }
 
-/// How long rank 0 gives all its answers together (a rank that does not
-/// read its answer in this time has gone).
+/// How long rank 0 gives all its answers together, beyond the time they
+/// take at `ANSWER_MIN_RATE` (a rank that does not read its answer in this
+/// time has gone).
 const ANSWER_LIMIT: Duration = Duration::from_secs(2);
+/// The slowest rate (bytes a second) rank 0 counts on to write its
+/// answers: 10,000 ranks' tables, 22 bytes a line, are 2.2 GB in all.
+const ANSWER_MIN_RATE: f64 = 100e6;
+
+/// The time rank 0 gives `streams` answers of `bytes` each.
+fn answer_budget(bytes: usize, streams: usize) -> Duration {
+    ANSWER_LIMIT + Duration::from_secs_f64(bytes as f64 * streams as f64 / ANSWER_MIN_RATE)
+}
 
 /// Writes `text` to every stream, each as far as it will go within one
-/// shared `ANSWER_LIMIT`; the first error, after trying them all.
+/// shared `answer_budget`; the first error, after trying them all.
 fn answer_all(streams: &mut [TcpStream], text: &str) -> std::io::Result<()> {
-    let by = Instant::now() + ANSWER_LIMIT;
+    let by = Instant::now() + answer_budget(text.len(), streams.len());
     let mut first_error = None;
     for s in streams {
         let left = by.saturating_duration_since(Instant::now());
@@ -418,15 +480,36 @@ fn answer_all(streams: &mut [TcpStream], text: &str) -> std::io::Result<()> {
     first_error.map_or(Ok(()), Err)
 }
 
-fn check_in(line: &str, world: usize) -> std::result::Result<(usize, SocketAddrV4), String> {
+/// Tells one client why it is refused (rank 0 goes on without it).
+fn refuse(s: &mut TcpStream, why: &str) {
+    let _ = answer_all(std::slice::from_mut(s), &format!("err {why}\n"));
+}
+
+/// A check-in rank 0 can take.
+#[derive(Debug, PartialEq)]
+enum CheckIn {
+    Rank(usize, SocketAddrV4),
+    /// From a rank of another lane: another job, whose ports overlap.
+    OtherLane(Lane),
+}
+
+/// Reads a check-in line; an error fails the whole rendezvous (the rank
+/// belongs to this job but disagrees with it).
+fn check_in(line: &str, env: &RankEnv) -> std::result::Result<CheckIn, String> {
+    let world = env.world;
     let parts: Vec<&str> = line.split_whitespace().collect();
-    let [proto, rank, w, addr] = parts[..] else {
+    if parts.first() != Some(&PROTO) {
+        return Err(format!(
+            "a peer speaks {:?}, not {PROTO}: run the same ainftp version everywhere",
+            parts.first().unwrap_or(&"")
+        ));
+    }
+    let [_, rank, w, addr, lane] = parts[..] else {
         return Err(format!("malformed check-in {line:?}"));
     };
-    if proto != PROTO {
-        return Err(format!(
-            "a peer speaks {proto:?}, not {PROTO}: run the same ainftp version everywhere"
-        ));
+    let lane: Lane = lane.parse().map_err(|_| format!("bad lane {lane:?}"))?;
+    if lane.index != env.lane.index {
+        return Ok(CheckIn::OtherLane(lane));
     }
     let rank: usize = rank.parse().map_err(|_| format!("bad rank {rank:?}"))?;
     let w: usize = w.parse().map_err(|_| format!("bad world size {w:?}"))?;
@@ -440,8 +523,14 @@ fn check_in(line: &str, world: usize) -> std::result::Result<(usize, SocketAddrV
             "rank {rank} is out of range 1..{world} (two rank 0s?)"
         ));
     }
+    if lane.count != env.lane.count {
+        return Err(format!(
+            "rank {rank} runs {} lanes, rank 0 runs {}: start every rank with the same number of lanes",
+            lane.count, env.lane.count
+        ));
+    }
     let addr = addr.parse().map_err(|_| format!("bad address {addr:?}"))?;
-    Ok((rank, addr))
+    Ok(CheckIn::Rank(rank, addr))
 }
 
 fn ask(
@@ -470,7 +559,7 @@ fn ask(
         (false, _) => *mine.ip(),
     };
     let mine = SocketAddrV4::new(ip, mine.port());
-    writeln!(s, "{PROTO} {} {} {mine}", env.rank, env.world)
+    writeln!(s, "{PROTO} {} {} {mine} {}", env.rank, env.world, env.lane)
         .map_err(|e| Error::Rendezvous(format!("sending to rank 0 at {master}: {e}")))?;
     let mut r = BufReader::new(ByDeadline {
         stream: s,
@@ -650,6 +739,7 @@ mod tests {
             world,
             master_addr: "127.0.0.1".into(),
             master_port: port,
+            lane: Lane::ONLY,
         }
     }
 
@@ -681,7 +771,7 @@ mod tests {
         let mut http = dial(port);
         http.write_all(b"GET / HTTP/1.0\r\n\r\n").unwrap();
         let mut half = dial(port);
-        half.write_all(b"ainftp-rdv/2 1").unwrap();
+        half.write_all(b"ainftp-rdv/3 1").unwrap();
         drop(half);
         std::thread::sleep(Duration::from_millis(100));
         let start = Instant::now();
@@ -748,6 +838,7 @@ mod tests {
             world: 3,
             master_addr: master.into(),
             master_port: port,
+            lane: Lane::ONLY,
         };
         let e0 = env(0, "127.0.1.1");
         let rank0 =
@@ -784,6 +875,7 @@ mod tests {
             world: 2,
             master_addr: "10.231.6.1".into(),
             master_port: port,
+            lane: Lane::ONLY,
         };
         let bound = |p: u16| SocketAddrV4::new(Ipv4Addr::LOCALHOST, p);
         let e0 = env(0);
@@ -811,7 +903,7 @@ mod tests {
         // rank with the wrong WORLD_SIZE comes: it must be told why too.
         let mut waiting = dial(port);
         waiting
-            .write_all(b"ainftp-rdv/2 1 3 127.0.0.1:41101\n")
+            .write_all(b"ainftp-rdv/3 1 3 127.0.0.1:41101 0/1\n")
             .unwrap();
         let wrong = exchange(
             &rank_env(2, 4, port),
@@ -837,6 +929,88 @@ mod tests {
                 e.contains("WORLD_SIZE 4") && e.contains("rank 0 has 3"),
                 "{e}"
             );
+        }
+    }
+
+    #[test]
+    fn a_rank_of_another_job_whose_ports_overlap_is_refused_and_the_job_goes_on() {
+        // This job's lane 1 of 2 has its rendezvous on `port`; a one-lane
+        // job started with MASTER_PORT = port reaches the same rank 0.
+        let port = free_port();
+        let lane1 = |rank| RankEnv {
+            lane: Lane { index: 1, count: 2 },
+            ..rank_env(rank, 2, port)
+        };
+        let e0 = lane1(0);
+        let rank0 =
+            std::thread::spawn(move || exchange(&e0, wildcard(41400), Duration::from_secs(20)));
+        let stranger = exchange(
+            &rank_env(1, 2, port),
+            wildcard(41500),
+            Duration::from_secs(20),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            stranger.contains("lane 0/1") && stranger.contains("overlaps"),
+            "{stranger}"
+        );
+        let table1 = exchange(&lane1(1), wildcard(41401), Duration::from_secs(20))
+            .expect("this job's rank 1 gets the table")
+            .0;
+        assert_eq!(rank0.join().unwrap().expect("rank 0").0, table1);
+        assert_eq!(table1[1], "127.0.0.1:41401".parse().unwrap());
+    }
+
+    #[test]
+    fn ranks_with_different_lane_counts_fail_the_rendezvous_at_once() {
+        let port = free_port();
+        let lane0_of = |rank, count| RankEnv {
+            lane: Lane { index: 0, count },
+            ..rank_env(rank, 2, port)
+        };
+        let start = Instant::now();
+        let e0 = lane0_of(0, 2);
+        let rank0 =
+            std::thread::spawn(move || exchange(&e0, wildcard(41600), Duration::from_secs(20)));
+        let e1 = exchange(&lane0_of(1, 3), wildcard(41601), Duration::from_secs(20))
+            .unwrap_err()
+            .to_string();
+        let e0 = rank0.join().unwrap().unwrap_err().to_string();
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "{:?}",
+            start.elapsed()
+        );
+        for e in [&e0, &e1] {
+            assert!(e.contains("rank 1 runs 3 lanes, rank 0 runs 2"), "{e}");
+        }
+    }
+
+    #[test]
+    fn the_answer_budget_grows_with_the_tables_sent() {
+        // A short answer, or the table of a small job: the fixed limit.
+        assert!(answer_budget(20, 1) < ANSWER_LIMIT + Duration::from_millis(1));
+        assert!(answer_budget(22 * 8, 8) < ANSWER_LIMIT + Duration::from_millis(1));
+        // 10,000 ranks: 2.2 GB of tables, 22 s at the slowest rate counted.
+        let big = answer_budget(22 * 10_000, 10_000);
+        assert!(big >= Duration::from_secs(22) + ANSWER_LIMIT, "{big:?}");
+    }
+
+    #[test]
+    fn lanes_take_consecutive_ports_and_name_themselves() {
+        let base = rank_env(1, 2, 29500);
+        let l2 = base.lane(2, 3).unwrap();
+        assert_eq!(
+            (l2.master_port, l2.lane),
+            (29502, Lane { index: 2, count: 3 })
+        );
+        assert!(base.lane(3, 3).is_err(), "lane 3 of 3");
+        assert!(rank_env(1, 2, 65535).lane(1, 2).is_err(), "past port 65535");
+        assert_eq!("2/3".parse(), Ok(Lane { index: 2, count: 3 }));
+        assert_eq!(Lane { index: 2, count: 3 }.to_string(), "2/3");
+        for bad in ["3/3", "1", "x/2", "1/", "-1/2"] {
+            assert_eq!(bad.parse::<Lane>(), Err(()), "{bad:?}");
         }
     }
 
