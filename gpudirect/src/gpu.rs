@@ -25,21 +25,22 @@ impl Gpu {
     }
 
     /// Device `ordinal`, or host-only when the driver library is missing,
-    /// has no device, or fails to initialise.
+    /// too old, has no device, or fails to initialise.
     pub fn probe_device(ordinal: usize) -> Gpu {
-        match open(ordinal) {
-            Ok(ctx) => {
-                let name = ctx.name().unwrap_or_default();
-                tracing::info!(ordinal, %name, "CUDA device opened");
-                Gpu { ctx: Some(ctx) }
-            }
-            Err(why) => {
-                HOST_ONLY_NOTE.call_once(
-                    || tracing::info!(reason = %why, "no CUDA driver/GPU: running host-only"),
-                );
-                Gpu { ctx: None }
-            }
-        }
+        Gpu::open_device(ordinal).unwrap_or_else(|why| {
+            HOST_ONLY_NOTE.call_once(
+                || tracing::info!(reason = %why, "no CUDA driver/GPU: running host-only"),
+            );
+            Gpu { ctx: None }
+        })
+    }
+
+    /// Device `ordinal`, or why this machine is host-only.
+    pub fn open_device(ordinal: usize) -> std::result::Result<Gpu, String> {
+        let ctx = open(ordinal)?;
+        let name = ctx.name().unwrap_or_default();
+        tracing::info!(ordinal, %name, "CUDA device opened");
+        Ok(Gpu { ctx: Some(ctx) })
     }
 
     /// Host-only mode, whatever the machine has.
@@ -93,16 +94,48 @@ impl std::fmt::Debug for Gpu {
     }
 }
 
+/// The oldest driver (cuDriverGetVersion: 1000 * major + 10 * minor) we
+/// open. cudarc resolves each entry point at its first call and panics
+/// when the library lacks it, which under the release profile's
+/// `panic = "abort"` ends the process: so the driver is checked first.
+const MIN_DRIVER_VERSION: i32 = 12000;
+
 fn open(ordinal: usize) -> std::result::Result<Arc<CudaContext>, String> {
     // SAFETY: only tries to dlopen libcuda under its usual names.
     if !unsafe { sys::is_culib_present() } {
         return Err("libcuda.so not found".into());
     }
-    // cudarc panics when a symbol is missing from an old driver; that is a
-    // host-only machine for us, not a crash.
+    let version = driver_version()?;
+    if version < MIN_DRIVER_VERSION {
+        return Err(format!(
+            "the CUDA driver is version {}.{}; the GPU path needs {}.{} or newer",
+            version / 1000,
+            version % 1000 / 10,
+            MIN_DRIVER_VERSION / 1000,
+            MIN_DRIVER_VERSION % 1000 / 10
+        ));
+    }
+    // A driver past the check that still lacks an entry point: host-only
+    // where panics unwind (tests, dev builds); the release build aborts.
     std::panic::catch_unwind(AssertUnwindSafe(|| CudaContext::new(ordinal)))
-        .map_err(|_| "the CUDA driver lacks a needed entry point (too old?)".to_string())?
+        .map_err(|_| "the CUDA driver lacks a needed entry point".to_string())?
         .map_err(|e| e.to_string())
+}
+
+/// cuDriverGetVersion, looked up without cudarc's panicking loader.
+fn driver_version() -> std::result::Result<i32, String> {
+    type GetVersion = unsafe extern "C" fn(*mut std::ffi::c_int) -> sys::CUresult;
+    // SAFETY: the library is present (checked by the caller, so culib()
+    // does not panic); the symbol is looked up by name with the signature
+    // cuda.h gives it.
+    let get = unsafe { sys::culib().get::<GetVersion>(b"cuDriverGetVersion\0") }
+        .map_err(|_| "libcuda.so has no cuDriverGetVersion: not a CUDA driver".to_string())?;
+    let mut version: std::ffi::c_int = 0;
+    // SAFETY: a valid out-pointer, as the function's contract asks.
+    match unsafe { get(&mut version) } {
+        sys::CUresult::CUDA_SUCCESS => Ok(version),
+        e => Err(format!("cuDriverGetVersion failed: {e:?}")),
+    }
 }
 
 /// Memory registered with CUDA; unregistered on drop.

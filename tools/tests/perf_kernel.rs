@@ -123,6 +123,41 @@ fn pingpong_against_the_echo_counts_every_round_trip_in_ordered_percentiles() {
 }
 
 #[test]
+fn probes_lost_in_the_warm_up_are_not_counted_as_lost() {
+    // An echo that ignores the first 3 probes (all in the warm-up of 5),
+    // then answers every one.
+    let sock = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let addr = sock.local_addr().unwrap().to_string();
+    sock.set_read_timeout(Some(std::time::Duration::from_secs(30)))
+        .unwrap();
+    let echo = std::thread::spawn(move || {
+        let mut buf = [0u8; 2048];
+        for n in 0..3 + 2 + 10 {
+            let (len, from) = sock.recv_from(&mut buf).unwrap();
+            if n >= 3 {
+                sock.send_to(&buf[..len], from).unwrap();
+            }
+        }
+    });
+    let j = run_json(&[
+        "udp-pingpong",
+        "--target",
+        &addr,
+        "--count",
+        "10",
+        "--warmup",
+        "5",
+        "--json",
+    ]);
+    echo.join().unwrap();
+    assert_eq!(
+        (&j["count"], &j["lost"], &j["warmup_lost"]),
+        (&10.into(), &0.into(), &3.into()),
+        "{j}"
+    );
+}
+
+#[test]
 fn tcp_bulk_is_counted_by_the_server_on_every_connection() {
     let (server, _stderr, addr) = start_server("tcp-server", "tcp server on ");
     let j = run_json(&[

@@ -71,6 +71,17 @@ pub struct DpArgs {
     #[arg(long = "neighbour", value_name = "IP=MAC")]
     pub neighbours: Vec<String>,
 
+    /// Neighbours learned by ARP that the table holds at once [default:
+    /// 4096]. Past it, a new neighbour is resolved for each burst of
+    /// packets instead of learned: raise it for a subnet with more peers.
+    #[arg(long, value_name = "N")]
+    pub arp_max_entries: Option<usize>,
+
+    /// Seconds a neighbour learned by ARP is trusted before it is asked
+    /// for again (it stays in use for 2.5 s more while asked) [default: 60].
+    #[arg(long, value_name = "SECS", allow_negative_numbers = true)]
+    pub arp_reachable: Option<f64>,
+
     /// Run a UDP echo service on this port (repeatable).
     #[arg(long = "udp-echo", value_name = "PORT")]
     pub udp_echo: Vec<u16>,

@@ -6,6 +6,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use serde::Deserialize;
+use stack::host::NeighbourConfig;
 use stack::runtime::{IdlePolicy, PingConfig, RuntimeConfig, SteeringMode};
 use stack::wire::EthernetAddress;
 
@@ -27,6 +28,8 @@ pub struct FileConfig {
     pub vlan: Option<u16>,
     #[serde(default)]
     pub neighbours: Vec<String>,
+    pub arp_max_entries: Option<usize>,
+    pub arp_reachable: Option<f64>,
     #[serde(default)]
     pub udp_echo: Vec<u16>,
     pub steering: Option<String>,
@@ -147,6 +150,7 @@ pub fn plan(args: &DpArgs) -> Result<Plan> {
         .iter()
         .map(|n| parse_neighbour(n))
         .collect::<Result<_>>()?;
+    neighbour_plan(args, &file, &mut rt.neighbour)?;
     if let Some(s) = args.steering.as_ref().or(file.steering.as_ref()) {
         rt.steering = s
             .parse::<SteeringMode>()
@@ -225,6 +229,32 @@ pub fn plan(args: &DpArgs) -> Result<Plan> {
         eal,
         default_tap,
     })
+}
+
+/// Most neighbours `--arp-max-entries` takes (about 40 bytes each, copied
+/// to every lcore when one changes).
+const MAX_ARP_ENTRIES: usize = 1 << 20;
+
+/// `--arp-max-entries` and `--arp-reachable` (flags over the file).
+fn neighbour_plan(args: &DpArgs, file: &FileConfig, cfg: &mut NeighbourConfig) -> Result<()> {
+    if let Some(n) = args.arp_max_entries.or(file.arp_max_entries) {
+        if !(1..=MAX_ARP_ENTRIES).contains(&n) {
+            return Err(Error::Usage(format!(
+                "--arp-max-entries {n}: give 1 to {MAX_ARP_ENTRIES}"
+            )));
+        }
+        cfg.max_entries = n;
+    }
+    if let Some(s) = args.arp_reachable.or(file.arp_reachable) {
+        // Below a second, ARP traffic would grow with every peer.
+        if !(1.0..=86_400.0).contains(&s) {
+            return Err(Error::Usage(format!(
+                "--arp-reachable {s}: give 1 to 86400 seconds"
+            )));
+        }
+        cfg.reachable = Duration::from_secs_f64(s);
+    }
+    Ok(())
 }
 
 /// ICMP data bytes per echo request, as `ping` sends by default.
@@ -385,6 +415,51 @@ mod tests {
         assert_eq!(p.stats_period, Some(Duration::from_secs(1)));
         assert_eq!(p.duration, None);
         assert_eq!(p.lcores, vec![0]);
+    }
+
+    #[test]
+    fn neighbour_table_limits_come_from_flags_or_the_file() {
+        let base = ["--ip", "10.0.0.2/24", "--lcores", "0"];
+        let with = |extra: &[&str]| plan(&args(&[&base[..], extra].concat()));
+        let d = with(&[]).unwrap().runtime.neighbour;
+        assert_eq!(
+            (d.max_entries, d.reachable),
+            (4096, Duration::from_secs(60))
+        );
+        let n = with(&["--arp-max-entries", "20000", "--arp-reachable", "30"])
+            .unwrap()
+            .runtime
+            .neighbour;
+        assert_eq!(
+            (n.max_entries, n.reachable),
+            (20000, Duration::from_secs(30))
+        );
+        for (flag, bad, says) in [
+            ("--arp-max-entries", "0", "give 1 to"),
+            ("--arp-max-entries", "2000000", "give 1 to"),
+            ("--arp-reachable", "0.5", "give 1 to 86400"),
+            ("--arp-reachable", "-3", "give 1 to 86400"),
+        ] {
+            let e = with(&[flag, bad]).unwrap_err().to_string();
+            assert!(e.contains(flag) && e.contains(says), "{e}");
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("node.toml");
+        std::fs::write(
+            &file,
+            "arp_max_entries = 9000
+arp_reachable = 20.0
+",
+        )
+        .unwrap();
+        let f = with(&["--config", file.to_str().unwrap(), "--arp-reachable", "45"])
+            .unwrap()
+            .runtime
+            .neighbour;
+        assert_eq!(
+            (f.max_entries, f.reachable),
+            (9000, Duration::from_secs(45))
+        );
     }
 
     #[test]

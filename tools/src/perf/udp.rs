@@ -86,7 +86,9 @@ pub fn pingpong(args: &PerfArgs) -> Result<serde_json::Value> {
     let mut hist = Histogram::<u64>::new_with_bounds(1, 10_000_000_000, 3).expect("valid bounds");
     let mut payload = vec![0u8; args.size as usize];
     let mut buf = vec![0u8; MAX_UDP_PAYLOAD_V4];
-    let (mut lost, mut stray, mut lost_in_a_row) = (0u64, 0u64, 0u32);
+    // Probes without a reply in time: those timed (`lost`) and those of
+    // the warm-up, kept apart so that count + lost is what was asked.
+    let (mut lost, mut warmup_lost, mut stray, mut lost_in_a_row) = (0u64, 0u64, 0u64, 0u32);
     let total = args.warmup + args.count;
     for seq in 0..total {
         if lost_in_a_row == LOST_IN_A_ROW {
@@ -115,7 +117,11 @@ pub fn pingpong(args: &PerfArgs) -> Result<serde_json::Value> {
                 Ok(_) => stray += 1,
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
                     if Instant::now() > deadline {
-                        lost += 1;
+                        if seq >= args.warmup {
+                            lost += 1;
+                        } else {
+                            warmup_lost += 1;
+                        }
                         lost_in_a_row += 1;
                         break;
                     }
@@ -127,7 +133,7 @@ pub fn pingpong(args: &PerfArgs) -> Result<serde_json::Value> {
     }
     if hist.is_empty() {
         return Err(Error::Usage(format!(
-            "udp-pingpong: no round trip to {target} measured ({lost} lost)"
+            "udp-pingpong: no round trip to {target} measured ({lost} lost, {warmup_lost} in the warm-up)"
         )));
     }
     let us = |q: f64| hist.value_at_quantile(q) as f64 / 1000.0;
@@ -137,7 +143,7 @@ pub fn pingpong(args: &PerfArgs) -> Result<serde_json::Value> {
     );
     Ok(json!({
         "mode": "udp-pingpong", "target": target.to_string(), "size": args.size,
-        "count": hist.len(), "lost": lost, "stray": stray,
+        "count": hist.len(), "lost": lost, "warmup_lost": warmup_lost, "stray": stray,
         "p50_us": us(0.5), "p99_us": us(0.99), "p999_us": us(0.999),
         "max_us": hist.max() as f64 / 1000.0,
     }))
