@@ -124,17 +124,21 @@ fn open(ordinal: usize) -> std::result::Result<Arc<CudaContext>, String> {
 
 /// cuDriverGetVersion, looked up without cudarc's panicking loader.
 fn driver_version() -> std::result::Result<i32, String> {
-    type GetVersion = unsafe extern "C" fn(*mut std::ffi::c_int) -> sys::CUresult;
+    // The result as a plain int: a library that is not a real driver may
+    // return any value, which `CUresult` (an enum) cannot hold.
+    type GetVersion = unsafe extern "C" fn(*mut std::ffi::c_int) -> std::ffi::c_int;
     // SAFETY: the library is present (checked by the caller, so culib()
     // does not panic); the symbol is looked up by name with the signature
-    // cuda.h gives it.
+    // cuda.h gives it (CUresult is a C enum, an int).
     let get = unsafe { sys::culib().get::<GetVersion>(b"cuDriverGetVersion\0") }
         .map_err(|_| "libcuda.so has no cuDriverGetVersion: not a CUDA driver".to_string())?;
     let mut version: std::ffi::c_int = 0;
     // SAFETY: a valid out-pointer, as the function's contract asks.
     match unsafe { get(&mut version) } {
-        sys::CUresult::CUDA_SUCCESS => Ok(version),
-        e => Err(format!("cuDriverGetVersion failed: {e:?}")),
+        0 => Ok(version),
+        // CUDA_ERROR_STUB_LIBRARY: the toolkit's stand-in, where no driver is.
+        34 => Err("cuDriverGetVersion failed: CUDA_ERROR_STUB_LIBRARY (the toolkit's stub libcuda, no driver)".into()),
+        e => Err(format!("cuDriverGetVersion failed: CUDA error {e}")),
     }
 }
 

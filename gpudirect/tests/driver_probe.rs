@@ -108,3 +108,13 @@ fn a_driver_whose_version_call_fails_means_host_only() {
         "{said}"
     );
 }
+
+#[test]
+fn a_code_no_cuda_error_has_is_reported_as_a_number() {
+    let dir = fake_driver("int cuDriverGetVersion(int *v) { return 77777; }\n");
+    let said = probe_with(dir.path());
+    assert!(
+        said.contains("probe: host-only: cuDriverGetVersion failed: CUDA error 77777"),
+        "{said}"
+    );
+}

@@ -20,8 +20,10 @@
 //! send its line; a client that is not an ainftp rank is dropped with a
 //! warning. A rank that disagrees on the job (WORLD_SIZE, rank range,
 //! lane count, protocol version) fails the rendezvous, and every client
-//! rank 0 holds then is told why; a rank that checks in twice is refused. A rank's waits end by its one deadline; rank 0's
-//! answers (the table, or the error) take at most `ANSWER_LIMIT` more.
+//! rank 0 holds then is told why; a rank that checks in twice, or a rank
+//! of another lane, is refused alone. A rank's waits end by its one
+//! deadline; rank 0 writes its answers (the table, or the error) to every
+//! rank at once, within `answer_budget`.
 
 use std::io::{BufReader, Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpListener, TcpStream, ToSocketAddrs};
@@ -271,9 +273,10 @@ const ACCEPTS_PER_PASS: usize = 64;
 /// Rank 0's side: serves every client at once (non-blocking), so a slow
 /// or silent one holds up nobody. A client that does not speak the
 /// rendezvous protocol at all is dropped with a warning; a rank that does
-/// but disagrees with this one (another WORLD_SIZE, a rank out of range, a
-/// protocol version) fails the rendezvous at once, and every client rank 0
-/// holds is told why.
+/// but disagrees with this one (another WORLD_SIZE, a rank out of range,
+/// another lane count, a protocol version) fails the rendezvous at once,
+/// and every client rank 0 holds is told why. A rank that checks in twice
+/// or belongs to another lane is refused alone.
 fn serve(
     env: &RankEnv,
     mine: SocketAddrV4,
@@ -462,19 +465,50 @@ fn answer_budget(bytes: usize, streams: usize) -> Duration {
     ANSWER_LIMIT + Duration::from_secs_f64(bytes as f64 * streams as f64 / ANSWER_MIN_RATE)
 }
 
-/// Writes `text` to every stream, each as far as it will go within one
-/// shared `answer_budget`; the first error, after trying them all.
+/// Writes `text` to every stream at once (non-blocking), so that a rank
+/// that does not read holds up nobody, within one shared `answer_budget`;
+/// the first error, after trying them all.
 fn answer_all(streams: &mut [TcpStream], text: &str) -> std::io::Result<()> {
     let by = Instant::now() + answer_budget(text.len(), streams.len());
+    let bytes = text.as_bytes();
     let mut first_error = None;
-    for s in streams {
-        let left = by.saturating_duration_since(Instant::now());
-        let r = s
-            .set_nonblocking(false)
-            .and_then(|()| s.set_write_timeout(Some(left.max(Duration::from_millis(1)))))
-            .and_then(|()| s.write_all(text.as_bytes()));
-        if let Err(e) = r {
-            first_error.get_or_insert(e);
+    // How far each stream got; None once done or failed.
+    let mut at: Vec<Option<usize>> = streams
+        .iter()
+        .map(|s| match s.set_nonblocking(true) {
+            Ok(()) => Some(0),
+            Err(e) => {
+                first_error.get_or_insert(e);
+                None
+            }
+        })
+        .collect();
+    while at.iter().any(Option::is_some) {
+        if Instant::now() >= by {
+            first_error.get_or_insert(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "a rank did not read its answer in time",
+            ));
+            break;
+        }
+        let mut moved = false;
+        for (s, pos) in streams.iter_mut().zip(at.iter_mut()) {
+            let Some(done) = *pos else { continue };
+            match s.write(&bytes[done..]) {
+                Ok(n) => {
+                    moved |= n > 0;
+                    *pos = Some(done + n).filter(|&d| d < bytes.len());
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                    *pos = None;
+                }
+            }
+        }
+        if !moved {
+            std::thread::sleep(Duration::from_millis(1));
         }
     }
     first_error.map_or(Ok(()), Err)
@@ -985,6 +1019,47 @@ mod tests {
         for e in [&e0, &e1] {
             assert!(e.contains("rank 1 runs 3 lanes, rank 0 runs 2"), "{e}");
         }
+    }
+
+    #[test]
+    fn a_rank_that_does_not_read_its_answer_holds_up_nobody() {
+        // Three ranks' connections to rank 0; the first never reads, so
+        // its socket fills and rank 0's writes to it block.
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let clients: Vec<TcpStream> = (0..3).map(|_| dial(port)).collect();
+        let mut served: Vec<TcpStream> = (0..3).map(|_| listener.accept().unwrap().0).collect();
+        let readers: Vec<_> = clients
+            .into_iter()
+            .enumerate()
+            .map(|(k, mut c)| {
+                std::thread::spawn(move || {
+                    if k == 0 {
+                        // Holds the connection open, reading nothing.
+                        std::thread::sleep(Duration::from_secs(4));
+                        return 0;
+                    }
+                    let mut got = Vec::new();
+                    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+                    let _ = c.read_to_end(&mut got);
+                    got.len()
+                })
+            })
+            .collect();
+        // 16 MB each: far past what the kernel buffers for one that does
+        // not read.
+        let text = "x".repeat(16 << 20);
+        let start = Instant::now();
+        let result = answer_all(&mut served, &text);
+        let took = start.elapsed();
+        drop(served);
+        let got: Vec<usize> = readers.into_iter().map(|r| r.join().unwrap()).collect();
+        assert!(result.is_err(), "client 0 read nothing: an error");
+        assert_eq!(&got[1..], &[16 << 20, 16 << 20], "the others got it all");
+        assert!(
+            took < answer_budget(text.len(), 3) + Duration::from_millis(500),
+            "{took:?}"
+        );
     }
 
     #[test]

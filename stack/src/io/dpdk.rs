@@ -447,6 +447,9 @@ impl PacketIo for DpdkIo {
     type Buf = UdpMbuf;
 
     fn recv_burst(&mut self, out: &mut Vec<UdpMbuf>, max: usize) -> usize {
+        // Every loop receives: the other lcores' frames go out from here,
+        // not only when this lcore has its own to send.
+        self.flush_returns();
         let got = match &mut self.rx {
             RxSource::Queue(q) | RxSource::QueueAndInbox(q, _) => {
                 q.rx_burst_max(&mut self.rx_batch, max.min(RX_BURST))
@@ -531,8 +534,10 @@ impl CountedIo for DpdkIo {
         self.counters.clone()
     }
 
-    /// Without a copy of the counters: it runs once per loop.
+    /// Without a copy of the counters: it runs once per loop. Frames the
+    /// steering could not hand over (a full ring) were work too.
     fn frames_moved(&self) -> u64 {
-        self.counters.rx_packets + self.counters.tx_packets + self.returns_sent
+        let c = &self.counters;
+        c.tx_packets + c.steered + c.drops[DropReason::SteerRingFull as usize] + self.returns_sent
     }
 }

@@ -82,11 +82,12 @@ pub trait PacketIo {
 pub trait CountedIo: PacketIo {
     fn counters(&self) -> crate::counters::Counters;
 
-    /// Frames received or sent so far, this lcore's own and those it moves
-    /// for others (software steering): work for the loop's back-off even
-    /// when the app got no datagram.
+    /// Frames sent and frames handed to other lcores (software steering)
+    /// so far: work for the loop's back-off even when the app got no
+    /// datagram. Received frames are not counted: the app counts those it
+    /// gets, and junk (others' broadcasts) is no reason to stay awake.
     fn frames_moved(&self) -> u64 {
         let c = self.counters();
-        c.rx_packets + c.tx_packets
+        c.tx_packets + c.steered
     }
 }

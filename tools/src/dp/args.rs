@@ -72,8 +72,9 @@ pub struct DpArgs {
     pub neighbours: Vec<String>,
 
     /// Neighbours learned by ARP that the table holds at once [default:
-    /// 4096]. Past it, a new neighbour is resolved for each burst of
-    /// packets instead of learned: raise it for a subnet with more peers.
+    /// 4096; at most 16384]. Past it, a new neighbour is resolved for each
+    /// burst of packets instead of learned: raise it for a subnet with more
+    /// peers.
     #[arg(long, value_name = "N")]
     pub arp_max_entries: Option<usize>,
 

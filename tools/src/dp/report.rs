@@ -210,8 +210,8 @@ impl Summary {
         );
         for l in &self.lcores {
             crate::eline!(
-                "  lcore {:>3}: rx {:>12} tx {:>12} udp in/out {}/{} steered {} arp replies {} icmp echo replies {} drops {:?}",
-                l.lcore, l.rx_packets, l.tx_packets, l.udp_in, l.udp_out, l.steered, l.arp_replies, l.icmp_echo_replies, l.drops
+                "  lcore {:>3}: rx {:>12} tx {:>12} udp in/out {}/{} steered {} arp replies {} icmp echo replies {} idle naps {} drops {:?}",
+                l.lcore, l.rx_packets, l.tx_packets, l.udp_in, l.udp_out, l.steered, l.arp_replies, l.icmp_echo_replies, l.idle_naps, l.drops
             );
             if let Some(i) = &l.impaired {
                 crate::eline!(
