@@ -9,6 +9,7 @@ use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::sync::{Arc, Mutex};
 
 use common::*;
+use dpdk_ffi::Eal;
 use stack::io::dpdk::UdpMbuf;
 use stack::io::Datagram;
 use stack::runtime::{RuntimeConfig, Services, SteeringMode, UdpHandler};
@@ -33,19 +34,11 @@ impl UdpHandler<UdpMbuf> for Recorder {
     }
 }
 
-fn sixty_four_flows(
-    mode: SteeringMode,
-    subnet: u8,
-) -> (HashMap<u16, HashSet<usize>>, SteeringMode) {
-    let eal = eal("0-1");
-    let us = Ipv4Addr::new(10, subnet, 0, 2);
-    let kernel = Ipv4Addr::new(10, subnet, 0, 1);
-    let iface = format!("ainfrss{subnet}");
-    let mut cfg = RuntimeConfig::new(&format!("net_tap0,iface={iface}"), us, 24);
-    cfg.steering = mode;
+/// The runtime on `cfg`, every lcore running a `Recorder` echo on port 7.
+fn start_recording(eal: &Eal, cfg: &RuntimeConfig) -> (Running, Seen) {
     let seen: Seen = Arc::default();
     let s2 = seen.clone();
-    let run = Running::start(&eal, &cfg, move |lcore| {
+    let run = Running::start(eal, cfg, move |lcore| {
         let mut s = Services::new();
         s.listen(
             7,
@@ -56,6 +49,31 @@ fn sixty_four_flows(
         );
         s
     });
+    (run, seen)
+}
+
+/// Where software steering over two lcores places flows.
+fn software_placement() -> stack::rss::FlowPlacement {
+    stack::rss::FlowPlacement {
+        map: stack::rss::QueueMap {
+            queues: 2,
+            reta_size: 0,
+        },
+        key: stack::rss::DEFAULT_KEY.to_vec(),
+    }
+}
+
+fn sixty_four_flows(
+    mode: SteeringMode,
+    subnet: u8,
+) -> (HashMap<u16, HashSet<usize>>, SteeringMode) {
+    let eal = eal("0-1");
+    let us = Ipv4Addr::new(10, subnet, 0, 2);
+    let kernel = Ipv4Addr::new(10, subnet, 0, 1);
+    let iface = format!("ainfrss{subnet}");
+    let mut cfg = RuntimeConfig::new(&format!("net_tap0,iface={iface}"), us, 24);
+    cfg.steering = mode;
+    let (run, seen) = start_recording(&eal, &cfg);
     tap_up(&iface, kernel, 24);
     let to = SocketAddrV4::new(us, 7);
     let socks: Vec<_> = (0..64).map(|_| udp_socket(kernel)).collect();
@@ -91,13 +109,7 @@ fn software_steering_spreads_64_flows_and_keeps_each_on_one_lcore() {
     assert_spread_and_sticky(&seen);
     // Each flow is where the runtime's placement (what a connecting flow
     // picks its source port by) says it is.
-    let placement = stack::rss::FlowPlacement {
-        map: stack::rss::QueueMap {
-            queues: 2,
-            reta_size: 0,
-        },
-        key: stack::rss::DEFAULT_KEY.to_vec(),
-    };
+    let placement = software_placement();
     let us = SocketAddrV4::new(Ipv4Addr::new(10, 85, 0, 2), 7);
     for (port, lcores) in &seen {
         let peer = SocketAddrV4::new(Ipv4Addr::new(10, 85, 0, 1), *port);
@@ -205,29 +217,11 @@ fn the_steering_lcore_does_not_nap_while_it_steers_the_others_flows() {
     let mut cfg = RuntimeConfig::new("net_tap0,iface=ainfrss88", us, 24);
     cfg.steering = SteeringMode::Software;
     cfg.idle = stack::runtime::IdlePolicy::Adaptive;
-    let seen: Seen = Arc::default();
-    let s2 = seen.clone();
-    let run = Running::start(&eal, &cfg, move |lcore| {
-        let mut s = Services::new();
-        s.listen(
-            7,
-            Box::new(Recorder {
-                lcore,
-                seen: s2.clone(),
-            }),
-        );
-        s
-    });
+    let (run, seen) = start_recording(&eal, &cfg);
     tap_up("ainfrss88", kernel, 24);
     let to = SocketAddrV4::new(us, 7);
     // A flow software steering places on lcore 1.
-    let placement = stack::rss::FlowPlacement {
-        map: stack::rss::QueueMap {
-            queues: 2,
-            reta_size: 0,
-        },
-        key: stack::rss::DEFAULT_KEY.to_vec(),
-    };
+    let placement = software_placement();
     let sock = std::iter::repeat_with(|| udp_socket(kernel))
         .find(|s| {
             let SocketAddr::V4(local) = s.local_addr().unwrap() else {
