@@ -1029,6 +1029,11 @@ mod tests {
         let port = listener.local_addr().unwrap().port();
         let clients: Vec<TcpStream> = (0..3).map(|_| dial(port)).collect();
         let mut served: Vec<TcpStream> = (0..3).map(|_| listener.accept().unwrap().0).collect();
+        // A small send buffer (which also turns off the kernel's tuning of
+        // it), so that the first stream fills whatever the host's tcp_wmem.
+        socket2::SockRef::from(&served[0])
+            .set_send_buffer_size(64 << 10)
+            .unwrap();
         let readers: Vec<_> = clients
             .into_iter()
             .enumerate()

@@ -534,7 +534,7 @@ impl CountedIo for DpdkIo {
         self.counters.clone()
     }
 
-    /// Without a copy of the counters: it runs once per loop. Frames the
+    /// Without a copy of the counters: it runs twice per loop. Frames the
     /// steering could not hand over (a full ring) were work too.
     fn frames_moved(&self) -> u64 {
         let c = &self.counters;

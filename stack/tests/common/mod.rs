@@ -9,6 +9,7 @@
 //!
 //! | subnet | interface | test |
 //! |---|---|---|
+//! | 10.62.0 | ainfrss62 | rss, steering back-off |
 //! | 10.64.0, 10.65.0 | ainfho64, ainfho65 | quic_handoff |
 //! | 10.66.0 | ainfqs0 | tools perf_quic, server on two lcores |
 //! | 10.67.0 (VLAN 5, no kernel address) | ainftap67 | tap, VLAN |
