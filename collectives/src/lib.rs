@@ -151,10 +151,13 @@
 //!    (not fed back into the residual);
 //! 2. a receiver clamps every dequantized value to `±k·C`, where `k` is the
 //!    number of contributions the message *must* carry at that step
-//!    (ring step `t`: `t+1`; direct: 1; recursive doubling round `s`:
-//!    `min(N, 2^(s+1))`; final values: `N·C` for sums, `C` for averages,
-//!    max, min, gathers and broadcasts). `k` comes from the algorithm's
-//!    state, never from the message.
+//!    (ring step `t`: `t+1`; direct: 1; final values: `N·C` for sums,
+//!    `C` for averages, max, min, gathers and broadcasts). Recursive
+//!    doubling is looser: round `s` clamps to `min(N, 2^(s+1))`, the
+//!    contributions the receiver holds once it has folded the message in,
+//!    up to twice the `2^s` the message carries (the sender keeps the
+//!    same clamped value, so ranks stay bit-identical). `k` comes from the
+//!    algorithm's state, never from the message.
 //!
 //! So every scale any honest rank uses is at most `N·C/32767`, whatever a
 //! peer sends, and the attacker's influence on an element is at most its

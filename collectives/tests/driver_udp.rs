@@ -671,7 +671,7 @@ fn the_rendezvous_and_the_connections_share_one_connect_timeout() {
     let late_rank = std::thread::spawn(move || {
         std::thread::sleep(Duration::from_millis(1500));
         let mut s = std::net::TcpStream::connect(("127.0.0.1", master_port)).unwrap();
-        writeln!(s, "ainftp-rdv/3 1 2 {mute_addr} 0/1").unwrap();
+        writeln!(s, "ainftp-rdv/4 1 2 {mute_addr} 0/1 -").unwrap();
         let mut table = String::new();
         let _ = s.read_to_string(&mut table);
         table
@@ -682,6 +682,7 @@ fn the_rendezvous_and_the_connections_share_one_connect_timeout() {
         master_addr: "127.0.0.1".into(),
         master_port,
         lane: collectives::driver::Lane::ONLY,
+        job: None,
     };
     let cfg = DriverConfig {
         connect_timeout: Duration::from_secs(3),

@@ -202,6 +202,7 @@ fn run_rank(
                 master_addr: RANK0.to_string(),
                 master_port: MASTER_PORT,
                 lane: collectives::driver::Lane::ONLY,
+                job: None,
             };
             Communicator::from_env_bound(&env, peers[rank], cfg)
         }

@@ -630,6 +630,21 @@ fn missing_environment_and_bad_dpdk_flags_are_one_line_errors() {
         stderr.contains("WORLD_SIZE") && stderr.contains("\"two\""),
         "{stderr}"
     );
+    let out = Command::new(PERF)
+        .args(["allreduce"])
+        .env("RANK", "0")
+        .env("WORLD_SIZE", "1")
+        .env("MASTER_ADDR", "127.0.0.1")
+        .env("MASTER_PORT", "29500")
+        .env("AINFTP_JOB_ID", "my job")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("AINFTP_JOB_ID") && stderr.contains("not a job id"),
+        "{stderr}"
+    );
 
     // A lone DPDK rank's flags are checked before DPDK starts: it needs a
     // port, and with lanes a port and an address per lane.

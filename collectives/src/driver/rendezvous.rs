@@ -4,10 +4,16 @@
 //!
 //! Protocol (one line each, ASCII):
 //! ```text
-//! rank -> 0:  ainftp-rdv/3 RANK WORLD IP:PORT LANE/LANES
+//! rank -> 0:  ainftp-rdv/4 RANK WORLD IP:PORT LANE/LANES JOB
 //! 0 -> rank:  ok WORLD            then WORLD lines IP:PORT (rank order)
 //!         or  err MESSAGE
 //! ```
+//! JOB is the job's id (`AINFTP_JOB_ID`, else torchrun's
+//! `TORCHELASTIC_RUN_ID` unless it is torchrun's default "none"), or `-`
+//! for a job without one. Rank 0 refuses a rank of another job alone, as
+//! it refuses a rank of another lane: two jobs given one MASTER_PORT by
+//! mistake meet there (one of their rank 0s cannot listen), and with ids
+//! the other job's ranks are told so instead of joining this one.
 //! A rank with several lanes runs one rendezvous per lane, lane k on
 //! `MASTER_PORT + k`. The lane in the line keeps two jobs whose port
 //! ranges overlap apart: rank 0 refuses a rank of another lane (it tells
@@ -34,12 +40,16 @@ use tracing::warn;
 use super::watch::Watch;
 use crate::error::{Error, Result};
 
-const PROTO: &str = "ainftp-rdv/3";
+const PROTO: &str = "ainftp-rdv/4";
 /// What every version of the protocol starts with: a line without it is
 /// not from an ainftp rank.
 const PROTO_FAMILY: &str = "ainftp-rdv/";
 /// Longest line accepted (a table line is at most ~22 bytes).
 const MAX_LINE: u64 = 256;
+/// Longest job id, so that a check-in line stays well within `MAX_LINE`.
+const MAX_JOB_ID: usize = 64;
+/// What a job without an id sends in its check-in.
+const NO_JOB: &str = "-";
 
 /// A rank's place in the job, from the environment.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -51,6 +61,9 @@ pub struct RankEnv {
     pub master_port: u16,
     /// Which of the rank's lanes this rendezvous is for.
     pub lane: Lane,
+    /// The job's id, if it has one (`AINFTP_JOB_ID` or torchrun's
+    /// `TORCHELASTIC_RUN_ID`): ranks of another job are refused.
+    pub job: Option<String>,
 }
 
 /// Lane `index` of a rank's `count` lanes, whose rendezvous is on
@@ -86,7 +99,8 @@ impl std::str::FromStr for Lane {
 }
 
 impl RankEnv {
-    /// Reads `RANK`, `WORLD_SIZE`, `MASTER_ADDR`, `MASTER_PORT`.
+    /// Reads `RANK`, `WORLD_SIZE`, `MASTER_ADDR`, `MASTER_PORT`, and the
+    /// job id from `AINFTP_JOB_ID` or `TORCHELASTIC_RUN_ID` (optional).
     pub fn from_env() -> Result<RankEnv> {
         RankEnv::from_lookup(|k| std::env::var(k).ok())
     }
@@ -133,6 +147,7 @@ impl RankEnv {
             master_addr: var("MASTER_ADDR")?,
             master_port: port as u16,
             lane: Lane::ONLY,
+            job: job_id(&get)?,
         })
     }
 
@@ -178,6 +193,30 @@ impl RankEnv {
                 problem: format!("{:?} has no IPv4 address", self.master_addr),
             })
     }
+}
+
+/// The job id: `AINFTP_JOB_ID` if set, else `TORCHELASTIC_RUN_ID` unless
+/// it is torchrun's default "none" (every job run without `--rdzv-id` has
+/// that one, so it tells no two jobs apart). An id is 1 to `MAX_JOB_ID`
+/// printable ASCII characters without spaces, and not `-`.
+fn job_id(get: &impl Fn(&str) -> Option<String>) -> Result<Option<String>> {
+    let (var, id) = match get("AINFTP_JOB_ID").filter(|v| !v.is_empty()) {
+        Some(id) => ("AINFTP_JOB_ID", id),
+        None => match get("TORCHELASTIC_RUN_ID").filter(|v| !v.is_empty() && v != "none") {
+            Some(id) => ("TORCHELASTIC_RUN_ID", id),
+            None => return Ok(None),
+        },
+    };
+    let printable = id.bytes().all(|b| b.is_ascii_graphic());
+    if !printable || id.len() > MAX_JOB_ID || id == NO_JOB {
+        return Err(Error::Env {
+            var,
+            problem: format!(
+                "{id:?} is not a job id: 1 to {MAX_JOB_ID} printable ASCII characters, no spaces, not \"-\" (AINFTP_JOB_ID overrides TORCHELASTIC_RUN_ID)"
+            ),
+        });
+    }
+    Ok(Some(id))
 }
 
 /// Swaps the table in: rank 0 serves, the others ask. `mine` is this
@@ -297,6 +336,9 @@ fn serve(
     // Ranks that checked in, with their connections.
     let mut checked_in: Vec<(usize, TcpStream)> = Vec::new();
     let mut pending: Vec<Pending> = Vec::new();
+    // Why ranks were refused alone: a rendezvous that then times out says
+    // so, since a refused rank of a misconfigured job is one it waits for.
+    let mut refused = Refusals::default();
     // Tells everyone it holds (the ranks, the clients still pending, the
     // one that caused it, and whoever waits in the listen queue) why the
     // rendezvous failed, then returns that failure.
@@ -320,7 +362,8 @@ fn serve(
         if Instant::now() >= deadline {
             let missing: Vec<usize> = (0..env.world).filter(|&r| table[r].is_none()).collect();
             return give_up(checked_in, pending, None, format!(
-                "ranks {missing:?} did not check in at port {port} in time: are they started with the same MASTER_ADDR/MASTER_PORT?"
+                "ranks {missing:?} did not check in at port {port} in time: are they started with the same MASTER_ADDR/MASTER_PORT?{}",
+                refused.summary()
             ));
         }
         let mut moved = false;
@@ -379,7 +422,9 @@ fn serve(
                 }
                 Ok(CheckIn::Rank(rank, _)) => {
                     warn!(rank, peer = ?s.peer_addr().ok(), "rendezvous: a rank checked in twice; refused the second");
-                    refuse(&mut s, &format!("rank {rank} checked in twice"));
+                    let why = format!("rank {rank} checked in twice");
+                    refuse(&mut s, &why);
+                    refused.note(why);
                 }
                 Ok(CheckIn::OtherLane(lane)) => {
                     let why = format!(
@@ -388,6 +433,16 @@ fn serve(
                     );
                     warn!(peer = ?s.peer_addr().ok(), %why, "rendezvous: refused a rank of another job");
                     refuse(&mut s, &why);
+                    refused.note(why);
+                }
+                Ok(CheckIn::OtherJob(job)) => {
+                    let why = format!(
+                        "port {port} serves job {}, this rank is of job {job}: two jobs were given one MASTER_ADDR:MASTER_PORT (or the job id is not set alike on every rank: AINFTP_JOB_ID, TORCHELASTIC_RUN_ID)",
+                        env.job.as_deref().unwrap_or(NO_JOB)
+                    );
+                    warn!(peer = ?s.peer_addr().ok(), %why, "rendezvous: refused a rank of another job");
+                    refuse(&mut s, &why);
+                    refused.note(why);
                 }
                 Err(why) => return give_up(checked_in, pending, Some(s), why),
             }
@@ -467,7 +522,9 @@ fn answer_budget(bytes: usize, streams: usize) -> Duration {
 
 /// Writes `text` to every stream at once (non-blocking), so that a rank
 /// that does not read holds up nobody, within one shared `answer_budget`;
-/// the first error, after trying them all.
+/// the first error, after trying them all. Each pass waits in one
+/// `poll(2)` and writes only to the streams that can take more, so a
+/// large table to many ranks costs no spinning over the full ones.
 fn answer_all(streams: &mut [TcpStream], text: &str) -> std::io::Result<()> {
     let by = Instant::now() + answer_budget(text.len(), streams.len());
     let bytes = text.as_bytes();
@@ -491,27 +548,44 @@ fn answer_all(streams: &mut [TcpStream], text: &str) -> std::io::Result<()> {
             ));
             break;
         }
-        let mut moved = false;
-        for (s, pos) in streams.iter_mut().zip(at.iter_mut()) {
-            let Some(done) = *pos else { continue };
-            match s.write(&bytes[done..]) {
-                Ok(n) => {
-                    moved |= n > 0;
-                    *pos = Some(done + n).filter(|&d| d < bytes.len());
-                }
+        for i in writable(streams, &at, by) {
+            let Some(done) = at[i] else { continue };
+            match streams[i].write(&bytes[done..]) {
+                Ok(n) => at[i] = Some(done + n).filter(|&d| d < bytes.len()),
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                 Err(e) => {
                     first_error.get_or_insert(e);
-                    *pos = None;
+                    at[i] = None;
                 }
             }
         }
-        if !moved {
-            std::thread::sleep(Duration::from_millis(1));
-        }
     }
     first_error.map_or(Ok(()), Err)
+}
+
+/// The streams still being written (`at` is Some) that can take more (or
+/// have failed), after waiting up to 100 ms, never past `by`, for one.
+fn writable(streams: &[TcpStream], at: &[Option<usize>], by: Instant) -> Vec<usize> {
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    use std::os::fd::AsFd;
+    let open: Vec<usize> = (0..streams.len()).filter(|&i| at[i].is_some()).collect();
+    let mut fds: Vec<PollFd<'_>> = open
+        .iter()
+        .map(|&i| PollFd::new(streams[i].as_fd(), PollFlags::POLLOUT))
+        .collect();
+    let left = by.saturating_duration_since(Instant::now());
+    let ms = left.as_millis().clamp(1, 100) as u16;
+    match poll(&mut fds, PollTimeout::from(ms)) {
+        Ok(_) => open
+            .iter()
+            .zip(&fds)
+            .filter(|(_, f)| f.revents().is_some_and(|r| !r.is_empty()))
+            .map(|(&i, _)| i)
+            .collect(),
+        // Interrupted, or out of memory: try them all this time.
+        Err(_) => open,
+    }
 }
 
 /// Tells one client why it is refused (rank 0 goes on without it).
@@ -519,10 +593,42 @@ fn refuse(s: &mut TcpStream, why: &str) {
     let _ = answer_all(std::slice::from_mut(s), &format!("err {why}\n"));
 }
 
+/// Why rank 0 refused ranks alone: the first few reasons and a count.
+#[derive(Default)]
+struct Refusals {
+    first: Vec<String>,
+    count: usize,
+}
+
+impl Refusals {
+    const KEPT: usize = 3;
+
+    fn note(&mut self, why: String) {
+        self.count += 1;
+        if self.first.len() < Self::KEPT {
+            self.first.push(why);
+        }
+    }
+
+    /// What to add to a timeout's message; empty when none was refused.
+    fn summary(&self) -> String {
+        if self.count == 0 {
+            return String::new();
+        }
+        format!(
+            " ({} refused meanwhile: {})",
+            self.count,
+            self.first.join("; ")
+        )
+    }
+}
+
 /// A check-in rank 0 can take.
 #[derive(Debug, PartialEq)]
 enum CheckIn {
     Rank(usize, SocketAddrV4),
+    /// From a rank of another job: it carries another job id.
+    OtherJob(String),
     /// From a rank of another lane: another job, whose ports overlap.
     OtherLane(Lane),
 }
@@ -538,9 +644,12 @@ fn check_in(line: &str, env: &RankEnv) -> std::result::Result<CheckIn, String> {
             parts.first().unwrap_or(&"")
         ));
     }
-    let [_, rank, w, addr, lane] = parts[..] else {
+    let [_, rank, w, addr, lane, job] = parts[..] else {
         return Err(format!("malformed check-in {line:?}"));
     };
+    if job != env.job.as_deref().unwrap_or(NO_JOB) {
+        return Ok(CheckIn::OtherJob(job.to_string()));
+    }
     let lane: Lane = lane.parse().map_err(|_| format!("bad lane {lane:?}"))?;
     if lane.index != env.lane.index {
         return Ok(CheckIn::OtherLane(lane));
@@ -593,8 +702,13 @@ fn ask(
         (false, _) => *mine.ip(),
     };
     let mine = SocketAddrV4::new(ip, mine.port());
-    writeln!(s, "{PROTO} {} {} {mine} {}", env.rank, env.world, env.lane)
-        .map_err(|e| Error::Rendezvous(format!("sending to rank 0 at {master}: {e}")))?;
+    let job = env.job.as_deref().unwrap_or(NO_JOB);
+    writeln!(
+        s,
+        "{PROTO} {} {} {mine} {} {job}",
+        env.rank, env.world, env.lane
+    )
+    .map_err(|e| Error::Rendezvous(format!("sending to rank 0 at {master}: {e}")))?;
     let mut r = BufReader::new(ByDeadline {
         stream: s,
         deadline,
@@ -774,6 +888,7 @@ mod tests {
             master_addr: "127.0.0.1".into(),
             master_port: port,
             lane: Lane::ONLY,
+            job: None,
         }
     }
 
@@ -805,7 +920,7 @@ mod tests {
         let mut http = dial(port);
         http.write_all(b"GET / HTTP/1.0\r\n\r\n").unwrap();
         let mut half = dial(port);
-        half.write_all(b"ainftp-rdv/3 1").unwrap();
+        half.write_all(b"ainftp-rdv/4 1").unwrap();
         drop(half);
         std::thread::sleep(Duration::from_millis(100));
         let start = Instant::now();
@@ -873,6 +988,7 @@ mod tests {
             master_addr: master.into(),
             master_port: port,
             lane: Lane::ONLY,
+            job: None,
         };
         let e0 = env(0, "127.0.1.1");
         let rank0 =
@@ -910,6 +1026,7 @@ mod tests {
             master_addr: "10.231.6.1".into(),
             master_port: port,
             lane: Lane::ONLY,
+            job: None,
         };
         let bound = |p: u16| SocketAddrV4::new(Ipv4Addr::LOCALHOST, p);
         let e0 = env(0);
@@ -937,7 +1054,7 @@ mod tests {
         // rank with the wrong WORLD_SIZE comes: it must be told why too.
         let mut waiting = dial(port);
         waiting
-            .write_all(b"ainftp-rdv/3 1 3 127.0.0.1:41101 0/1\n")
+            .write_all(b"ainftp-rdv/4 1 3 127.0.0.1:41101 0/1 -\n")
             .unwrap();
         let wrong = exchange(
             &rank_env(2, 4, port),
@@ -994,6 +1111,106 @@ mod tests {
             .0;
         assert_eq!(rank0.join().unwrap().expect("rank 0").0, table1);
         assert_eq!(table1[1], "127.0.0.1:41401".parse().unwrap());
+    }
+
+    #[test]
+    fn the_job_id_comes_from_ainftp_job_id_or_torchrun_and_is_checked() {
+        let base = [
+            ("RANK", "1"),
+            ("WORLD_SIZE", "2"),
+            ("MASTER_ADDR", "127.0.0.1"),
+            ("MASTER_PORT", "29500"),
+        ];
+        let job = |extra: &[(&'static str, &'static str)]| {
+            let vars: Vec<_> = base.iter().chain(extra).copied().collect();
+            env(&vars).map(|e| e.job)
+        };
+        assert_eq!(job(&[]).unwrap(), None);
+        // torchrun's default run id is the same for every job.
+        assert_eq!(job(&[("TORCHELASTIC_RUN_ID", "none")]).unwrap(), None);
+        assert_eq!(
+            job(&[("TORCHELASTIC_RUN_ID", "r7")]).unwrap().as_deref(),
+            Some("r7")
+        );
+        assert_eq!(
+            job(&[("TORCHELASTIC_RUN_ID", "r7"), ("AINFTP_JOB_ID", "mine")])
+                .unwrap()
+                .as_deref(),
+            Some("mine")
+        );
+        let long: &'static str = "x".repeat(MAX_JOB_ID + 1).leak();
+        for bad in ["a b", "-", "caf\u{e9}", long] {
+            let e = job(&[("AINFTP_JOB_ID", bad)]).unwrap_err().to_string();
+            assert!(
+                e.contains("AINFTP_JOB_ID") && e.contains("not a job id"),
+                "{e}"
+            );
+        }
+        let e = job(&[("TORCHELASTIC_RUN_ID", "a\tb")])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("TORCHELASTIC_RUN_ID"), "{e}");
+    }
+
+    fn of_job(job: Option<&str>, rank: usize, port: u16) -> RankEnv {
+        RankEnv {
+            job: job.map(str::to_string),
+            ..rank_env(rank, 2, port)
+        }
+    }
+
+    #[test]
+    fn a_rank_of_another_job_on_the_same_port_is_refused_and_the_job_goes_on() {
+        // Two jobs given one MASTER_PORT: job "b"'s ranks reach job "a"'s
+        // rank 0 (b's own rank 0 could not listen), and so does a rank
+        // started without an id.
+        let port = free_port();
+        let e0 = of_job(Some("a"), 0, port);
+        let rank0 =
+            std::thread::spawn(move || exchange(&e0, wildcard(41700), Duration::from_secs(20)));
+        for (stranger, named) in [(Some("b"), "job b"), (None, "job -")] {
+            let e = exchange(
+                &of_job(stranger, 1, port),
+                wildcard(41710),
+                Duration::from_secs(20),
+            )
+            .unwrap_err()
+            .to_string();
+            assert!(
+                e.contains("serves job a") && e.contains(named) && e.contains("MASTER_PORT"),
+                "{e}"
+            );
+        }
+        let table1 = exchange(
+            &of_job(Some("a"), 1, port),
+            wildcard(41701),
+            Duration::from_secs(20),
+        )
+        .expect("job a's rank 1 gets the table")
+        .0;
+        assert_eq!(rank0.join().unwrap().expect("rank 0").0, table1);
+        assert_eq!(table1[1], "127.0.0.1:41701".parse().unwrap());
+    }
+
+    #[test]
+    fn a_rendezvous_that_times_out_names_the_ranks_it_refused() {
+        let port = free_port();
+        let e0 = of_job(Some("a"), 0, port);
+        let rank0 =
+            std::thread::spawn(move || exchange(&e0, wildcard(41720), Duration::from_secs(3)));
+        let refused = exchange(
+            &of_job(Some("b"), 1, port),
+            wildcard(41721),
+            Duration::from_secs(3),
+        );
+        assert!(refused.is_err());
+        let e = rank0.join().unwrap().unwrap_err().to_string();
+        assert!(
+            e.contains("ranks [1] did not check in")
+                && e.contains("1 refused meanwhile")
+                && e.contains("this rank is of job b"),
+            "{e}"
+        );
     }
 
     #[test]

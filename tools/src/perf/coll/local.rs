@@ -105,6 +105,10 @@ pub fn spawn_ranks(
     rank_args: impl Fn(usize) -> Vec<String>,
 ) -> Result<()> {
     let port = free_ports(lanes)?;
+    // Another launch that picked the same ports in the moment between
+    // their check and rank 0's bind must not join these ranks.
+    let job =
+        std::env::var("AINFTP_JOB_ID").unwrap_or_else(|_| format!("local-{}", std::process::id()));
     let exe = std::env::current_exe().map_err(|e| Error::Io("finding this binary".into(), e))?;
     let args: Vec<_> = std::env::args_os().skip(1).collect();
     let cpus: Vec<usize> = core_affinity::get_core_ids()
@@ -125,6 +129,7 @@ pub fn spawn_ranks(
             .env("WORLD_SIZE", n.to_string())
             .env("MASTER_ADDR", "127.0.0.1")
             .env("MASTER_PORT", port.to_string())
+            .env("AINFTP_JOB_ID", &job)
             .env(CHILD_VAR, "1")
             .envs(
                 cpus.get(r % cpus.len().max(1))
