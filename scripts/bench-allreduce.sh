@@ -57,8 +57,10 @@ for ranks in $RANKS; do
                     for progress in $PROGRESS; do
                         echo "# ranks=$ranks run=$run ainftp transport=$transport codec=$codec lanes=$lanes progress=$progress" >&2
                         # libbpf's notes on stderr (af_xdp) go to a log.
+                        # --udp-payload is kernel UDP's; on DPDK the links' MTU sets it.
+                        [ "$transport" = udp ] && tp=("${payload[@]}") || tp=()
                         "$PERF" allreduce --local-ranks "$ranks" --transport "$transport" --codec "$codec" \
-                            --lanes "$lanes" --progress "$progress" "${payload[@]}" "${flags[@]}" --json \
+                            --lanes "$lanes" --progress "$progress" "${tp[@]}" "${flags[@]}" --json \
                             > "$OUT/ainftp_$transport-$ranks-$codec-$run-$lanes-$progress.jsonl" 2>>"$OUT/stderr.log" ||
                             { echo "bench-allreduce: ainftp-perf failed:" >&2; tail -5 "$OUT/stderr.log" >&2; exit 1; }
                     done

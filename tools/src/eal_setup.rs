@@ -64,7 +64,9 @@ pub fn parse_pci(s: &str) -> std::result::Result<String, String> {
     };
     let (dev, func) = rest.split_once('.').ok_or_else(bad)?;
     let func_ok = matches!(func.as_bytes(), [b'0'..=b'7']);
-    if hex(bus, 2..=2) && hex(dev, 2..=2) && func_ok {
+    // A bus has 32 devices (5 bits of the address).
+    let dev_ok = hex(dev, 2..=2) && u8::from_str_radix(dev, 16).is_ok_and(|d| d <= 0x1f);
+    if hex(bus, 2..=2) && dev_ok && func_ok {
         Ok(s.to_owned())
     } else {
         Err(bad())
@@ -134,6 +136,8 @@ mod tests {
             "00:3b:00.0",
             "3b:0.0",
             "0000:3b:00.0.1",
+            "3b:ff.0",
+            "0000:3b:20.0",
         ] {
             assert!(parse_pci(bad).is_err(), "{bad:?} accepted");
         }

@@ -57,3 +57,28 @@ pub fn init_logging() {
         .with_ansi(std::io::stderr().is_terminal())
         .try_init();
 }
+
+/// `T`'s command with "-1" taken as a value by every flag that takes one.
+/// By default clap reads it as an unknown flag, and its error names no
+/// flag and suggests `-- -1`, which is wrong here: what follows `--` goes
+/// to DPDK's EAL. Now the flag's own parser says what is wrong with it.
+pub fn command_taking_negatives<T: clap::CommandFactory>() -> clap::Command {
+    T::command().mut_args(|a| {
+        if a.get_action().takes_values() && !a.is_last_set() {
+            a.allow_negative_numbers(true)
+        } else {
+            a
+        }
+    })
+}
+
+/// Parses this process's arguments into `T` (see
+/// [`command_taking_negatives`]); clap's own errors exit with its code 2.
+/// The matches tell which flags the command line gave.
+pub fn parse_args<T: clap::Parser>() -> (T, clap::ArgMatches) {
+    let matches = command_taking_negatives::<T>().get_matches();
+    match T::from_arg_matches(&matches) {
+        Ok(args) => (args, matches),
+        Err(e) => e.exit(),
+    }
+}

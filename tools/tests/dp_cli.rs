@@ -116,6 +116,73 @@ fn bad_input_gets_one_clear_line() {
 }
 
 #[test]
+fn host_settings_and_names_are_checked_before_dpdk_starts() {
+    // A device that does not exist: were DPDK started first, the error
+    // would name it instead of the bad setting.
+    let before_dpdk = |extra: &[&str], needle: &str| {
+        let mut args = vec!["--lcores", "0", "--vdev", "net_bogus0"];
+        args.extend(extra);
+        if !extra.contains(&"--ip") {
+            args.extend(["--ip", "10.0.0.2/24"]);
+        }
+        assert_one_line_error(&args, needle);
+    };
+    before_dpdk(&["--vlan", "0"], "VLAN id 0 is outside 1..4094");
+    before_dpdk(&["--vlan", "4095"], "VLAN id 4095 is outside 1..4094");
+    before_dpdk(&["--ip", "10.0.0.0/24"], "network address");
+    before_dpdk(&["--ip", "0.0.0.0/0"], "cannot be a host address");
+    before_dpdk(&["--mac", "ff:ff:ff:ff:ff:ff"], "not a unicast MAC");
+    before_dpdk(&["--mtu", "10"], "--mtu 10 is below IPv4's minimum of 68");
+    // The TAP device's name (no --vdev: ainftp-dp makes one).
+    for (name, needle) in [
+        ("", "an interface name is 1 to 15 bytes"),
+        ("averyveryverylongname", "an interface name is 1 to 15 bytes"),
+        ("a/b", "'/' cannot be in an interface name"),
+        ("tap,x=1", "',' cannot be in an interface name"),
+    ] {
+        assert_one_line_error(
+            &["--lcores", "0", "--ip", "10.0.0.2/24", "--tap-iface", name],
+            &format!("--tap-iface {name:?}: {needle}"),
+        );
+    }
+    assert_one_line_error(
+        &["--lcores", "0", "--ip", "10.0.0.2/24", "--vdev", ""],
+        "--vdev is empty",
+    );
+    // A negative number is a bad value of its flag, not an unknown flag;
+    // a PCI device number is 5 bits.
+    for (flag, value) in [
+        ("--vlan", "-1"),
+        ("--arp-max-entries", "-5"),
+        ("--pci", "3b:ff.0"),
+    ] {
+        let out = Command::new(DP)
+            .args(["--lcores", "0", "--ip", "10.0.0.2/24", flag, value])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success());
+        assert!(
+            stderr.contains(&format!("invalid value '{value}' for '{flag}")),
+            "{stderr}"
+        );
+    }
+    // certs: a --dir that is a file.
+    let file = tempfile::NamedTempFile::new().unwrap();
+    let path = file.path().to_str().unwrap();
+    let out = Command::new(DP)
+        .args(["certs", "--dir", path, "--ca"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert_eq!(
+        stderr.trim(),
+        format!("ainftp-dp certs: --dir {path} exists and is not a directory")
+    );
+}
+
+#[test]
 fn answers_ping_and_udp_on_a_tap_device_and_stops_cleanly_on_sigterm() {
     // It also pings the kernel side, 10.88.0.1 (up once start_on_tap returns).
     let child = start_on_tap(

@@ -237,6 +237,71 @@ fn assert_bad_value(out: &Output, flag: &str) {
 }
 
 #[test]
+fn a_flag_the_mode_does_not_read_is_refused_before_anything_runs() {
+    // Each would have been ignored: the run measured kernel UDP, or a
+    // reduction that is none.
+    let cases: [(&[&str], &str); 4] = [
+        (
+            &[
+                "quic-client",
+                "--target",
+                "127.0.0.1:9",
+                "--vdev",
+                "net_null0",
+            ],
+            "--vdev applies to quic-client on --transport dpdk only",
+        ),
+        (
+            &["udp-echo", "--bind", "127.0.0.1:0", "--transport", "dpdk"],
+            "--transport does not apply to udp-echo",
+        ),
+        (
+            &["allgather", "--local-ranks", "2", "--op", "max"],
+            "--op does not apply to allgather",
+        ),
+        (
+            &["tcp-client", "--target", "127.0.0.1:9", "--streams", "4"],
+            "--streams does not apply to tcp-client",
+        ),
+    ];
+    for (args, needle) in cases {
+        assert_one_line_error(&perf(args), needle);
+    }
+}
+
+#[test]
+fn a_negative_number_is_a_bad_value_of_its_flag() {
+    for (args, flag) in [
+        (&["allreduce", "-b", "-8"][..], "--minbytes"),
+        (&["allreduce", "-w", "-1"], "--warmup-iters"),
+        (&["allreduce", "--codec", "i16", "--clip", "-1"], "--clip"),
+        (
+            &["io", "--vdev", "net_null0", "--descriptors", "-1"],
+            "--descriptors",
+        ),
+    ] {
+        let out = perf(args);
+        assert_bad_value(&out, flag);
+        assert!(
+            !String::from_utf8_lossy(&out.stderr).contains("to pass '-"),
+            "{args:?}"
+        );
+    }
+}
+
+#[test]
+fn packet_mode_errors_name_the_flag() {
+    assert_one_line_error(
+        &perf(&["io", "--vdev", "net_null0", "--lcores", "7-2"]),
+        "--lcores \"7-2\"",
+    );
+    assert_one_line_error(
+        &perf(&["io", "--vdev", "net_null0", "--eth-peer", "zz"]),
+        "--eth-peer: malformed MAC address 'zz'",
+    );
+}
+
+#[test]
 fn seconds_flags_refuse_what_a_duration_cannot_hold() {
     for (flag, value) in [
         ("--duration", "1e30"),

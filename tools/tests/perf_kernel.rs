@@ -65,8 +65,10 @@ fn run_json(args: &[&str]) -> serde_json::Value {
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{args:?}: {stderr}");
-    serde_json::from_str(stdout.lines().last().unwrap_or_default())
-        .unwrap_or_else(|e| panic!("last line is not JSON ({e}): {stdout}"))
+    // With --json, stdout is the JSON object alone (the human summary
+    // goes to stderr), so `| jq` works.
+    serde_json::from_str(&stdout)
+        .unwrap_or_else(|e| panic!("stdout is not one JSON object ({e}): {stdout}"))
 }
 
 #[test]

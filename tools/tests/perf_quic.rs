@@ -74,9 +74,9 @@ fn client(port: u16, args: &[&str]) -> (serde_json::Value, String) {
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(out.status.success(), "client failed: {stderr}");
-    let last = stdout.lines().last().unwrap_or_default();
-    let json = serde_json::from_str(last)
-        .unwrap_or_else(|e| panic!("last line is not JSON ({e}): {stdout}"));
+    // With --json, stdout is the JSON object alone.
+    let json = serde_json::from_str(&stdout)
+        .unwrap_or_else(|e| panic!("stdout is not one JSON object ({e}): {stdout}"));
     (json, stderr)
 }
 

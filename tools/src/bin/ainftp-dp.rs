@@ -2,7 +2,7 @@
 
 use std::process::ExitCode;
 
-use clap::Parser;
+use clap::FromArgMatches;
 use tools::dp::{self, args::DpArgs};
 
 fn main() -> ExitCode {
@@ -10,7 +10,7 @@ fn main() -> ExitCode {
     if std::env::args().nth(1).as_deref() == Some("certs") {
         return certs();
     }
-    let args = DpArgs::parse();
+    let (args, _) = tools::parse_args::<DpArgs>();
     match dp::run(&args) {
         Ok(summary) => {
             if args.json {
@@ -30,7 +30,12 @@ fn main() -> ExitCode {
 
 /// `ainftp-dp certs ...`: the cluster's CA and node certificates.
 fn certs() -> ExitCode {
-    let args = dp::certs::CertsArgs::parse_from(std::env::args().skip(1));
+    let matches = tools::command_taking_negatives::<dp::certs::CertsArgs>()
+        .get_matches_from(std::env::args().skip(1));
+    let args = match dp::certs::CertsArgs::from_arg_matches(&matches) {
+        Ok(args) => args,
+        Err(e) => e.exit(),
+    };
     match dp::certs::run(&args) {
         Ok(lines) => {
             for l in lines {

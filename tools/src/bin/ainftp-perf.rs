@@ -5,12 +5,15 @@
 
 use std::process::ExitCode;
 
-use clap::Parser;
 use tools::perf::{self, args::Mode, args::PerfArgs};
 
 fn main() -> ExitCode {
     tools::init_logging();
-    let args = PerfArgs::parse();
+    let (args, given) = tools::parse_args::<PerfArgs>();
+    if let Err(e) = perf::applies::check(&given, &args) {
+        tools::eline!("ainftp-perf: {e}");
+        return ExitCode::FAILURE;
+    }
     if args.mode.is_collective() {
         // Rows are printed as they are measured.
         return match perf::coll::run(&args) {

@@ -44,6 +44,8 @@ pub enum CertsError {
     CaExists(String, &'static str),
     #[error("nothing to do: give --ca and/or --node NAME")]
     NothingToDo,
+    #[error("--dir {0} exists and is not a directory")]
+    NotADirectory(String),
     #[error("node name \"ca\" would write over the CA's own files (ca.pem, ca.key): pick another")]
     ReservedName,
     #[error("--node {0} is given twice")]
@@ -59,6 +61,9 @@ pub fn run(args: &CertsArgs) -> Result<Vec<String>, CertsError> {
     }
     // Everything is checked before anything is written, so a refused run
     // leaves the directory as it was.
+    if args.dir.exists() && !args.dir.is_dir() {
+        return Err(CertsError::NotADirectory(args.dir.display().to_string()));
+    }
     if let Some(bad) = args.nodes.iter().find(|n| !valid_name(n)) {
         return Err(CertError::BadName(bad.clone()).into());
     }

@@ -107,6 +107,11 @@ pub fn plan(args: &DpArgs) -> Result<Plan> {
             .map_err(|e| Error::Usage(format!("config pci: {e}")))?;
         (pci, file.vdev.clone())
     };
+    if vdev.as_deref().is_some_and(|v| v.trim().is_empty()) {
+        return Err(Error::Usage(
+            "--vdev is empty: name a device, e.g. --vdev net_af_xdp0,iface=veth1".into(),
+        ));
+    }
     if pci.is_some() && vdev.is_some() {
         return Err(Error::Usage(
             "give either --pci or --vdev, not both (one port per ainftp-dp)".into(),
@@ -117,6 +122,7 @@ pub fn plan(args: &DpArgs) -> Result<Plan> {
         .clone()
         .or(file.tap_iface.clone())
         .unwrap_or_else(|| "dtap0".into());
+    check_ifname(&tap)?;
     let device = match (&pci, &vdev) {
         (Some(p), _) => p.clone(),
         (_, Some(v)) => v.clone(),
@@ -151,6 +157,7 @@ pub fn plan(args: &DpArgs) -> Result<Plan> {
         .map(|n| parse_neighbour(n))
         .collect::<Result<_>>()?;
     neighbour_plan(args, &file, &mut rt.neighbour)?;
+    check_host(&rt)?;
     if let Some(s) = args.steering.as_ref().or(file.steering.as_ref()) {
         rt.steering = s
             .parse::<SteeringMode>()
@@ -167,6 +174,11 @@ pub fn plan(args: &DpArgs) -> Result<Plan> {
         }
     };
     rt.mtu = args.mtu.or(file.mtu);
+    if let Some(mtu) = rt.mtu.filter(|&m| m < MIN_MTU) {
+        return Err(Error::Usage(format!(
+            "--mtu {mtu} is below IPv4's minimum of {MIN_MTU}"
+        )));
+    }
     if let Some(n) = args.mbufs.or(file.mbufs) {
         if n < 1024 {
             return Err(Error::Usage(format!(
@@ -231,6 +243,45 @@ pub fn plan(args: &DpArgs) -> Result<Plan> {
     })
 }
 
+/// Longest interface name Linux takes (IFNAMSIZ less the NUL).
+const MAX_IFNAME: usize = 15;
+
+/// `--tap-iface`: a name Linux takes for an interface, that also fits in
+/// DPDK's device arguments (`net_tap0,iface=NAME`: no `,` or `=`).
+fn check_ifname(name: &str) -> Result<()> {
+    let bad = |why: &str| Err(Error::Usage(format!("--tap-iface {name:?}: {why}")));
+    if name.is_empty() || name.len() > MAX_IFNAME {
+        return bad(&format!("an interface name is 1 to {MAX_IFNAME} bytes"));
+    }
+    if name == "." || name == ".." {
+        return bad("not an interface name");
+    }
+    if let Some(c) = name
+        .chars()
+        .find(|c| !c.is_ascii_graphic() || matches!(c, '/' | ':' | ',' | '='))
+    {
+        return bad(&format!("{c:?} cannot be in an interface name here"));
+    }
+    Ok(())
+}
+
+/// The smallest MTU IPv4 allows (RFC 791).
+pub const MIN_MTU: u16 = 68;
+
+/// The MAC the host settings are checked with before the port, whose MAC
+/// is the real one, exists: any unicast address does.
+const STAND_IN_MAC: EthernetAddress = EthernetAddress([2, 0, 0, 0, 0, 1]);
+
+/// Checks the address, gateway, VLAN and MAC before DPDK starts (the
+/// runtime checks them again once the port is up): a mistake there is
+/// named at once, not after EAL's start-up or a TAP device made for
+/// nothing.
+pub fn check_host(rt: &RuntimeConfig) -> Result<()> {
+    rt.host_config(rt.mac.unwrap_or(STAND_IN_MAC))
+        .validate()
+        .map_err(Error::Usage)
+}
+
 /// Most neighbours `--arp-max-entries` takes. Every lcore copies the whole
 /// table (about 40 bytes an entry) when an entry is learned or refreshed,
 /// and refreshes come about once per entry every half `reachable`: at
@@ -281,7 +332,7 @@ fn ping_plan(args: &DpArgs, file: &FileConfig, rt: &RuntimeConfig) -> Result<Opt
         .map_err(|_| Error::Usage(format!("--ping {target:?} is not an IPv4 address")))?;
     // The runtime's routing (the MAC is the port's, not known yet, and
     // plays no part in it).
-    let host = rt.host_config(EthernetAddress([2, 0, 0, 0, 0, 1]));
+    let host = rt.host_config(STAND_IN_MAC);
     if target == host.ip {
         return Err(Error::Usage(format!("--ping {target} is our own address")));
     }

@@ -198,7 +198,9 @@ RANK=0 WORLD_SIZE=2 MASTER_ADDR=10.0.0.1 MASTER_PORT=29500 \\\n      \
 ainftp-perf allreduce -e 1G"
 )]
 pub struct PerfArgs {
-    /// Forwarding mode.
+    /// What to run: a testpmd-style forwarding mode on DPDK ports (io,
+    /// macswap, rxonly, txonly), a latency or goodput test, or a
+    /// collective.
     #[arg(value_enum)]
     pub mode: Mode,
 

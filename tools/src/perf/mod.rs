@@ -1,6 +1,7 @@
 //! ainftp-perf's packet modes: set up ports and lcores, run the forwarding
 //! loops, report like testpmd.
 
+pub mod applies;
 pub mod args;
 pub mod coll;
 pub mod fwd;
@@ -37,7 +38,7 @@ pub fn run(args: &PerfArgs) -> Result<Summary> {
             .map_err(|e| Error::Io("installing the signal handler".into(), e))?;
     }
     let lcores = match &args.lcores {
-        Some(list) => cpulist::parse(list)?,
+        Some(list) => cpulist::parse_lcores_flag(list)?,
         None => eal_setup::default_lcores()?,
     };
     let eal = eal_setup::init(&EalOptions {
@@ -139,7 +140,7 @@ fn validate(args: &PerfArgs) -> Result<()> {
         ));
     }
     if let Some(m) = &args.eth_peer {
-        packet::parse_mac(m)?;
+        packet::parse_mac(m).map_err(|e| Error::Usage(format!("--eth-peer: {e}")))?;
     }
     Ok(())
 }

@@ -122,6 +122,8 @@ pub(crate) fn dpdk_ports(args: &PerfArgs, want: usize) -> Result<Vec<PortSpec>> 
         .zip(&args.ip)
         .map(|(device, ip)| {
             let (ip, prefix) = crate::dp::config::parse_cidr(ip)?;
+            // Before DPDK starts, so a bad address is named first.
+            crate::dp::config::check_host(&RuntimeConfig::new(device, ip, prefix))?;
             Ok(PortSpec {
                 device: device.clone(),
                 ip,
@@ -717,7 +719,7 @@ pub fn client(args: &PerfArgs) -> Result<serde_json::Value> {
             let (lo, hi) = gbps_by_conn
                 .iter()
                 .fold((f64::MAX, 0f64), |(lo, hi), &g| (lo.min(g), hi.max(g)));
-            crate::oline!(
+            crate::eline!(
                 "quic bulk over {transport}: {total} bytes in {secs:.3} s = {gbps:.3} Gbit/s \
                  ({conns} conns x {streams} streams on {lcores} lcore(s), per conn {lo:.3} to {hi:.3} Gbit/s); \
                  handshake p50 {hs_us} us; {lost} of {sent} packets lost, rtt {rtt_us:.0} us, \
@@ -742,7 +744,7 @@ pub fn client(args: &PerfArgs) -> Result<serde_json::Value> {
                     by_conn[k * lcores + lcore] = n;
                 }
             }
-            crate::oline!(
+            crate::eline!(
                 "quic rr over {transport}: {} requests of {size} B, p50 {:.1} us p99 {:.1} us p999 {:.1} us; handshake {hs_us} us",
                 latency.len(),
                 q(0.5),

@@ -99,6 +99,6 @@ pub fn client(args: &PerfArgs) -> Result<serde_json::Value> {
     }
     let secs = t0.elapsed().as_secs_f64();
     let gbps = total as f64 * 8.0 / secs / 1e9;
-    crate::oline!("tcp bulk: {total} bytes in {secs:.3} s = {gbps:.3} Gbit/s ({conns} conns)");
+    crate::eline!("tcp bulk: {total} bytes in {secs:.3} s = {gbps:.3} Gbit/s ({conns} conns)");
     Ok(json!({"mode": "tcp-client", "bytes": total, "seconds": secs, "gbps": gbps, "conns": conns}))
 }

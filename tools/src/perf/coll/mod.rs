@@ -309,12 +309,6 @@ fn validate(args: &PerfArgs) -> Result<()> {
             "--mbuf-arena runs with one lane: a rank's arena holds one port's buffers".into(),
         ));
     }
-    if args.mbuf_arena && args.transport != Transport::Dpdk {
-        return Err(Error::Usage(
-            "--mbuf-arena puts our DPDK stack's buffers in an arena: it needs --transport dpdk"
-                .into(),
-        ));
-    }
     if !local::is_child() {
         check_memory(args)?;
         // Every local rank's files, before any starts.
@@ -345,9 +339,6 @@ fn validate(args: &PerfArgs) -> Result<()> {
         return Err(Error::Usage(
             "--clip applies to --codec i16 (f32 payloads carry no shared scale to protect)".into(),
         ));
-    }
-    if args.mode == Mode::Broadcast && args.op != CollOp::Sum {
-        return Err(Error::Usage("--op does not apply to broadcast".into()));
     }
     Ok(())
 }
@@ -586,7 +577,8 @@ where
             CollCodec::F32 => "f32",
             CollCodec::I16 => "i16",
         },
-        op: if args.mode == Mode::Broadcast {
+        // An all-gather or a broadcast reduces nothing (and takes no --op).
+        op: if matches!(args.mode, Mode::Broadcast | Mode::Allgather) {
             "none"
         } else {
             match args.op {
