@@ -136,7 +136,10 @@ fn host_settings_and_names_are_checked_before_dpdk_starts() {
     // The TAP device's name (no --vdev: ainftp-dp makes one).
     for (name, needle) in [
         ("", "an interface name is 1 to 15 bytes"),
-        ("averyveryverylongname", "an interface name is 1 to 15 bytes"),
+        (
+            "averyveryverylongname",
+            "an interface name is 1 to 15 bytes",
+        ),
         ("a/b", "'/' cannot be in an interface name"),
         ("tap,x=1", "',' cannot be in an interface name"),
     ] {
