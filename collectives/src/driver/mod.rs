@@ -86,6 +86,7 @@ mod identity;
 pub mod lane_layout;
 pub mod lanes;
 pub mod mesh;
+mod ready;
 pub mod rendezvous;
 pub mod watch;
 

@@ -567,25 +567,16 @@ fn answer_all(streams: &mut [TcpStream], text: &str) -> std::io::Result<()> {
 /// The streams still being written (`at` is Some) that can take more (or
 /// have failed), after waiting up to 100 ms, never past `by`, for one.
 fn writable(streams: &[TcpStream], at: &[Option<usize>], by: Instant) -> Vec<usize> {
-    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
     use std::os::fd::AsFd;
     let open: Vec<usize> = (0..streams.len()).filter(|&i| at[i].is_some()).collect();
-    let mut fds: Vec<PollFd<'_>> = open
-        .iter()
-        .map(|&i| PollFd::new(streams[i].as_fd(), PollFlags::POLLOUT))
-        .collect();
     let left = by.saturating_duration_since(Instant::now());
     let ms = left.as_millis().clamp(1, 100) as u16;
-    match poll(&mut fds, PollTimeout::from(ms)) {
-        Ok(_) => open
-            .iter()
-            .zip(&fds)
-            .filter(|(_, f)| f.revents().is_some_and(|r| !r.is_empty()))
-            .map(|(&i, _)| i)
-            .collect(),
-        // Interrupted, or out of memory: try them all this time.
-        Err(_) => open,
-    }
+    super::ready::ready(
+        open,
+        |i| streams[i].as_fd(),
+        nix::poll::PollFlags::POLLOUT,
+        nix::poll::PollTimeout::from(ms),
+    )
 }
 
 /// Tells one client why it is refused (rank 0 goes on without it).

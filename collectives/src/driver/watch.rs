@@ -202,26 +202,16 @@ impl Watch {
     /// Open links with input, an end of stream or an error waiting: one
     /// `poll(2)` over all of them (rank 0 has one per rank).
     fn readable(&self) -> Vec<usize> {
-        use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
         use std::os::fd::AsFd;
         let open: Vec<usize> = (0..self.links.len())
             .filter(|&i| self.links[i].state == LinkState::Open)
             .collect();
-        let mut fds: Vec<PollFd<'_>> = open
-            .iter()
-            .map(|&i| PollFd::new(self.links[i].stream.as_fd(), PollFlags::POLLIN))
-            .collect();
-        match poll(&mut fds, PollTimeout::ZERO) {
-            Ok(0) => Vec::new(),
-            Ok(_) => open
-                .iter()
-                .zip(&fds)
-                .filter(|(_, f)| f.revents().is_some_and(|r| !r.is_empty()))
-                .map(|(&i, _)| i)
-                .collect(),
-            // Interrupted, or out of memory: read them all this time.
-            Err(_) => open,
-        }
+        super::ready::ready(
+            open,
+            |i| self.links[i].stream.as_fd(),
+            nix::poll::PollFlags::POLLIN,
+            nix::poll::PollTimeout::ZERO,
+        )
     }
 
     /// Splits what link `i` received into lines and acts on each.
