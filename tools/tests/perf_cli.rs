@@ -296,7 +296,7 @@ fn packet_mode_errors_name_the_flag() {
         "--lcores \"7-2\"",
     );
     assert_one_line_error(
-        &perf(&["io", "--vdev", "net_null0", "--eth-peer", "zz"]),
+        &perf(&["txonly", "--vdev", "net_null0", "--eth-peer", "zz"]),
         "--eth-peer: malformed MAC address 'zz'",
     );
 }

@@ -197,26 +197,43 @@ impl RankEnv {
 
 /// The job id: `AINFTP_JOB_ID` if set, else `TORCHELASTIC_RUN_ID` unless
 /// it is torchrun's default "none" (every job run without `--rdzv-id` has
-/// that one, so it tells no two jobs apart). An id is 1 to `MAX_JOB_ID`
-/// printable ASCII characters without spaces, and not `-`.
+/// that one, so it tells no two jobs apart). `AINFTP_JOB_ID` must be a
+/// valid id (`check_job_id`); torchrun's, which ainftp does not own, is
+/// used as it is when valid and by a digest of it otherwise.
 fn job_id(get: &impl Fn(&str) -> Option<String>) -> Result<Option<String>> {
-    let (var, id) = match get("AINFTP_JOB_ID").filter(|v| !v.is_empty()) {
-        Some(id) => ("AINFTP_JOB_ID", id),
-        None => match get("TORCHELASTIC_RUN_ID").filter(|v| !v.is_empty() && v != "none") {
-            Some(id) => ("TORCHELASTIC_RUN_ID", id),
-            None => return Ok(None),
-        },
-    };
-    let printable = id.bytes().all(|b| b.is_ascii_graphic());
-    if !printable || id.len() > MAX_JOB_ID || id == NO_JOB {
-        return Err(Error::Env {
-            var,
-            problem: format!(
-                "{id:?} is not a job id: 1 to {MAX_JOB_ID} printable ASCII characters, no spaces, not \"-\" (AINFTP_JOB_ID overrides TORCHELASTIC_RUN_ID)"
-            ),
-        });
+    if let Some(id) = get("AINFTP_JOB_ID").filter(|v| !v.is_empty()) {
+        check_job_id(&id).map_err(|problem| Error::Env {
+            var: "AINFTP_JOB_ID",
+            problem,
+        })?;
+        return Ok(Some(id));
     }
-    Ok(Some(id))
+    Ok(get("TORCHELASTIC_RUN_ID")
+        .filter(|v| !v.is_empty() && v != "none")
+        .map(|id| match check_job_id(&id) {
+            Ok(()) => id,
+            Err(_) => format!("torchrun-{:016x}", fnv1a(id.as_bytes())),
+        }))
+}
+
+/// A job id is 1 to `MAX_JOB_ID` printable ASCII characters without
+/// spaces, and not `-` (which stands for none).
+pub fn check_job_id(id: &str) -> std::result::Result<(), String> {
+    let printable = id.bytes().all(|b| b.is_ascii_graphic());
+    if id.is_empty() || !printable || id.len() > MAX_JOB_ID || id == NO_JOB {
+        return Err(format!(
+            "{id:?} is not a job id: 1 to {MAX_JOB_ID} printable ASCII characters, no spaces, not \"-\""
+        ));
+    }
+    Ok(())
+}
+
+/// FNV-1a, 64 bits: the same digest of a torchrun run id on every host
+/// and build (std's hasher promises neither).
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
 }
 
 /// Swaps the table in: rank 0 serves, the others ask. `mine` is this
@@ -1137,10 +1154,18 @@ mod tests {
                 "{e}"
             );
         }
-        let e = job(&[("TORCHELASTIC_RUN_ID", "a\tb")])
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("TORCHELASTIC_RUN_ID"), "{e}");
+        // torchrun's id is not ours to refuse: one that is no valid job id
+        // is used by its digest, the same on every rank.
+        let spaced = job(&[("TORCHELASTIC_RUN_ID", "exp 3")]).unwrap().unwrap();
+        assert!(spaced.starts_with("torchrun-"), "{spaced}");
+        assert_eq!(spaced.len(), "torchrun-".len() + 16);
+        assert_eq!(check_job_id(&spaced), Ok(()));
+        assert_eq!(
+            job(&[("TORCHELASTIC_RUN_ID", "exp 3")]).unwrap(),
+            Some(spaced.clone())
+        );
+        let other = job(&[("TORCHELASTIC_RUN_ID", "exp 4")]).unwrap().unwrap();
+        assert_ne!(spaced, other);
     }
 
     fn of_job(job: Option<&str>, rank: usize, port: u16) -> RankEnv {

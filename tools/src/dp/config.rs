@@ -122,13 +122,15 @@ pub fn plan(args: &DpArgs) -> Result<Plan> {
         .clone()
         .or(file.tap_iface.clone())
         .unwrap_or_else(|| "dtap0".into());
-    check_ifname(&tap)?;
     let device = match (&pci, &vdev) {
         (Some(p), _) => p.clone(),
         (_, Some(v)) => v.clone(),
         _ => format!("net_tap0,iface={tap}"),
     };
     let default_tap = (pci.is_none() && vdev.is_none()).then_some(tap);
+    if let Some(tap) = &default_tap {
+        check_ifname(tap)?;
+    }
     let ip_text = args.ip.as_ref().or(file.ip.as_ref()).ok_or_else(|| {
         Error::Usage("--ip is required: our address and prefix, e.g. --ip 10.0.0.2/24".into())
     })?;

@@ -7,15 +7,8 @@
 use clap::parser::ValueSource;
 use clap::{ArgMatches, CommandFactory};
 
-use super::args::{Mode, PerfArgs, Transport};
+use super::args::{Mode, PerfArgs, QuicTest, Transport};
 use crate::error::{Error, Result};
-
-/// Where a flag is read: which modes, and on which transport there.
-struct Rule {
-    modes: fn(Mode) -> bool,
-    /// The transport the flag needs in a mode that has `--transport`.
-    transport: Option<Transport>,
-}
 
 fn packet(m: Mode) -> bool {
     matches!(m, Mode::Io | Mode::Macswap | Mode::Rxonly | Mode::Txonly)
@@ -30,70 +23,96 @@ fn stacked(m: Mode) -> bool {
     quic(m) || m.is_collective()
 }
 
-fn any(_: Mode) -> bool {
-    true
-}
-
-/// The rule for the flag with clap id `id`; None for a flag not listed
-/// (a test checks that every flag is).
-fn rule(id: &str, mode: Mode) -> Option<Rule> {
-    let anywhere = |modes: fn(Mode) -> bool| {
-        Some(Rule {
-            modes,
-            transport: None,
-        })
+/// Whether the flag with clap id `id` is read by the run `a` describes:
+/// Ok, or Err with why not (the message after the flag's name). None for
+/// a flag not listed (a test checks that every flag is).
+fn verdict(id: &str, a: &PerfArgs) -> Option<std::result::Result<(), String>> {
+    let m = a.mode;
+    let name = m.name();
+    let in_modes = |ok: bool| match ok {
+        true => Ok(()),
+        false => Err(format!("does not apply to {name}")),
     };
-    let on = |modes: fn(Mode) -> bool, t: Transport| {
-        Some(Rule {
-            modes,
-            transport: Some(t),
-        })
+    // Read by the mode, on `want` where the mode has --transport.
+    let on = |ok: bool, want: Transport| {
+        in_modes(ok)?;
+        match stacked(m) && a.transport != want {
+            true => Err(format!(
+                "applies to {name} on --transport {} only (this run is on --transport {})",
+                want.name(),
+                a.transport.name()
+            )),
+            false => Ok(()),
+        }
     };
-    match id {
-        "mode" | "json" => anywhere(any),
+    // Read by the mode only `when`, which `otherwise` names.
+    let when = |ok: bool, when: bool, otherwise: &str| {
+        in_modes(ok)?;
+        match when {
+            true => Ok(()),
+            false => Err(format!("does not apply to {name} {otherwise}")),
+        }
+    };
+    let rr = a.test == QuicTest::Rr;
+    let sends_frames = m == Mode::Txonly || (a.tx_first && matches!(m, Mode::Io | Mode::Macswap));
+    Some(match id {
+        "mode" | "json" => Ok(()),
         // Packet modes always run on DPDK ports.
-        "pci" | "vdev" | "eal_args" => on(|m| packet(m) || stacked(m), Transport::Dpdk),
-        "ip" | "steering" | "mbuf_arena" | "mtu" => on(stacked, Transport::Dpdk),
+        "pci" | "vdev" | "eal_args" => on(packet(m) || stacked(m), Transport::Dpdk),
+        "ip" | "mbuf_arena" | "mtu" => on(stacked(m), Transport::Dpdk),
+        // A collective's stack runs on one lcore per lane, inline.
+        "steering" => on(quic(m), Transport::Dpdk),
         // Collectives pin their lanes with it on either transport.
-        "lcores" if mode.is_collective() => anywhere(stacked),
-        "lcores" => on(|m| packet(m) || quic(m), Transport::Dpdk),
-        "queues" | "burst" | "pkt_size" | "stats_period" | "descriptors" | "eth_peer"
-        | "tx_first" | "link_wait" => anywhere(packet),
-        "duration" => anywhere(|m| {
-            packet(m) || matches!(m, Mode::UdpEcho | Mode::QuicServer | Mode::TcpServer)
-        }),
-        // Collectives over kernel UDP spin for --spin-us instead.
-        "idle" if mode.is_collective() => on(stacked, Transport::Dpdk),
-        "idle" => anywhere(|m| packet(m) || quic(m) || m == Mode::UdpEcho),
-        "bind" => anywhere(|m| matches!(m, Mode::UdpEcho | Mode::QuicServer | Mode::TcpServer)),
-        "target" => {
-            anywhere(|m| matches!(m, Mode::UdpPingpong | Mode::QuicClient | Mode::TcpClient))
+        "lcores" if m.is_collective() => Ok(()),
+        "lcores" => on(packet(m) || quic(m), Transport::Dpdk),
+        "queues" | "burst" | "stats_period" | "descriptors" | "link_wait" => in_modes(packet(m)),
+        "tx_first" => in_modes(matches!(m, Mode::Io | Mode::Macswap)),
+        // The frame txonly and --tx-first send.
+        "pkt_size" | "eth_peer" => when(
+            matches!(m, Mode::Io | Mode::Macswap | Mode::Txonly),
+            sends_frames,
+            "without --tx-first",
+        ),
+        "duration" => {
+            in_modes(packet(m) || matches!(m, Mode::UdpEcho | Mode::QuicServer | Mode::TcpServer))
         }
-        "count" | "warmup" | "size" => {
-            anywhere(|m| matches!(m, Mode::UdpPingpong | Mode::QuicClient))
-        }
-        "transport" | "certs" | "cc" | "pacing" => anywhere(stacked),
-        "test" | "streams" => anywhere(|m| m == Mode::QuicClient),
-        "conns" => anywhere(|m| matches!(m, Mode::QuicClient | Mode::TcpClient)),
-        "connect_timeout" => anywhere(|m| m == Mode::QuicClient || m.is_collective()),
-        "bytes" => anywhere(|m| matches!(m, Mode::QuicClient | Mode::TcpClient | Mode::Gpu)),
-        "max_payload" => anywhere(quic),
-        "iters" => anywhere(|m| m == Mode::Gpu || m.is_collective()),
+        // Collectives poll their sockets with --spin-us instead.
+        "idle" => in_modes(packet(m) || quic(m) || m == Mode::UdpEcho),
+        "bind" => in_modes(matches!(
+            m,
+            Mode::UdpEcho | Mode::QuicServer | Mode::TcpServer
+        )),
+        "target" => in_modes(matches!(
+            m,
+            Mode::UdpPingpong | Mode::QuicClient | Mode::TcpClient
+        )),
+        "count" | "warmup" | "size" if m == Mode::QuicClient => when(true, rr, "--test bulk"),
+        "count" | "warmup" | "size" => in_modes(m == Mode::UdpPingpong),
+        "test" | "conns" if m == Mode::QuicClient => Ok(()),
+        "test" => in_modes(false),
+        "conns" => in_modes(m == Mode::TcpClient),
+        "streams" => when(m == Mode::QuicClient, !rr, "--test rr"),
+        "bytes" if m == Mode::QuicClient => when(true, !rr, "--test rr"),
+        "bytes" => in_modes(matches!(m, Mode::TcpClient | Mode::Gpu)),
+        "transport" | "certs" | "cc" | "pacing" => in_modes(stacked(m)),
+        "connect_timeout" => in_modes(m == Mode::QuicClient || m.is_collective()),
+        "max_payload" => in_modes(quic(m)),
+        "iters" => in_modes(m == Mode::Gpu || m.is_collective()),
         // On DPDK the port's MTU sets the datagram size.
-        "udp_payload" => on(Mode::is_collective, Transport::Udp),
+        "udp_payload" => on(m.is_collective(), Transport::Udp),
         // An all-gather or a broadcast reduces nothing.
-        "op" => anywhere(|m| matches!(m, Mode::Allreduce | Mode::ReduceScatter)),
+        "op" => in_modes(matches!(m, Mode::Allreduce | Mode::ReduceScatter)),
         "minbytes" | "maxbytes" | "stepfactor" | "warmup_iters" | "codec" | "clip" | "algo"
         | "dtype" | "progress" | "overlap_us" | "local_ranks" | "spin_us" | "conns_per_peer"
         | "lanes" | "lane_min_bytes" | "timeout" | "fault_exit_rank" | "fault_corrupt_rank" => {
-            anywhere(Mode::is_collective)
+            in_modes(m.is_collective())
         }
-        _ => None,
-    }
+        _ => return None,
+    })
 }
 
-/// Refuses the first flag on the command line that `args.mode` does not
-/// read (or reads only on the other transport).
+/// Refuses the first flag on the command line that the run does not read
+/// (another mode's, or its mode's on the other transport or test).
 pub fn check(matches: &ArgMatches, args: &PerfArgs) -> Result<()> {
     let cmd = PerfArgs::command();
     for arg in cmd.get_arguments() {
@@ -101,7 +120,7 @@ pub fn check(matches: &ArgMatches, args: &PerfArgs) -> Result<()> {
         if matches.value_source(id) != Some(ValueSource::CommandLine) {
             continue;
         }
-        let Some(rule) = rule(id, args.mode) else {
+        let Some(Err(why)) = verdict(id, args) else {
             continue;
         };
         // As the user most likely typed it: -b, not --minbytes.
@@ -111,18 +130,7 @@ pub fn check(matches: &ArgMatches, args: &PerfArgs) -> Result<()> {
             // The EAL arguments after `--`.
             (None, None) => "EAL arguments (after --)".to_string(),
         };
-        let mode = args.mode.name();
-        if !(rule.modes)(args.mode) {
-            return Err(Error::Usage(format!("{flag} does not apply to {mode}")));
-        }
-        let wanted = rule.transport.filter(|_| stacked(args.mode));
-        if let Some(t) = wanted.filter(|&t| t != args.transport) {
-            return Err(Error::Usage(format!(
-                "{flag} applies to {mode} on --transport {} only (this run is on --transport {})",
-                t.name(),
-                args.transport.name()
-            )));
-        }
+        return Err(Error::Usage(format!("{flag} {why}")));
     }
     Ok(())
 }
@@ -143,10 +151,14 @@ mod tests {
 
     #[test]
     fn every_flag_has_a_rule_for_every_mode() {
-        for arg in PerfArgs::command().get_arguments() {
-            for mode in Mode::value_variants() {
+        for mode in Mode::value_variants() {
+            let args = PerfArgs::from_arg_matches(
+                &PerfArgs::command().get_matches_from(["ainftp-perf", mode.name()]),
+            )
+            .unwrap();
+            for arg in PerfArgs::command().get_arguments() {
                 let id = arg.get_id().as_str();
-                assert!(rule(id, *mode).is_some(), "no rule for {id} in {mode:?}");
+                assert!(verdict(id, &args).is_some(), "no rule for {id} in {mode:?}");
             }
         }
     }
@@ -190,14 +202,39 @@ mod tests {
                 "--op",
                 "max",
             ],
+            &["allreduce", "--transport", "dpdk", "--mtu", "1500"],
             &[
-                "allreduce",
-                "--transport",
-                "dpdk",
-                "--idle",
-                "busy",
-                "--mtu",
-                "1500",
+                "io",
+                "--vdev",
+                "net_null0",
+                "--tx-first",
+                "--pkt-size",
+                "128",
+            ],
+            &[
+                "txonly",
+                "--vdev",
+                "net_null0",
+                "--eth-peer",
+                "02:00:00:00:00:09",
+            ],
+            &[
+                "quic-client",
+                "--test",
+                "rr",
+                "--size",
+                "64",
+                "--count",
+                "10",
+            ],
+            &[
+                "quic-client",
+                "--streams",
+                "4",
+                "--bytes",
+                "1000",
+                "--conns",
+                "2",
             ],
             &["reduce-scatter", "--op", "min"],
             &["udp-echo", "--bind", "127.0.0.1:0", "--duration", "1"],
@@ -222,7 +259,16 @@ mod tests {
                 &["allreduce", "--transport", "dpdk", "--udp-payload", "1472"],
                 "--udp-payload applies to allreduce on --transport udp only",
             ),
-            (&["allreduce", "--idle", "busy"], "--idle applies to allreduce on --transport dpdk only"),
+            (&["allreduce", "--idle", "busy"], "--idle does not apply to allreduce"),
+            (
+                &["allreduce", "--transport", "dpdk", "--steering", "rss"],
+                "--steering does not apply to allreduce",
+            ),
+            (&["io", "--vdev", "net_null0", "--pkt-size", "128"], "--pkt-size does not apply to io without --tx-first"),
+            (&["rxonly", "--vdev", "net_null0", "--tx-first"], "--tx-first does not apply to rxonly"),
+            (&["quic-client", "--size", "100"], "--size does not apply to quic-client --test bulk"),
+            (&["quic-client", "--test", "rr", "--streams", "2"], "--streams does not apply to quic-client --test rr"),
+            (&["quic-client", "--test", "rr", "--bytes", "9"], "--bytes does not apply to quic-client --test rr"),
             (&["quic-server", "--lcores", "0"], "--lcores applies to quic-server on --transport dpdk only"),
             (&["udp-echo", "--transport", "dpdk"], "--transport does not apply to udp-echo"),
             (&["allgather", "--op", "max"], "--op does not apply to allgather"),

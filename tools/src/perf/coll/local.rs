@@ -89,6 +89,32 @@ fn free_ports(count: usize) -> Result<u16> {
     )))
 }
 
+/// The ranks' job id: `AINFTP_JOB_ID` if set (checked here, once, not by
+/// each rank), else one of this launch's own, so that another launch that
+/// picked the same ports in the moment between their check and rank 0's
+/// bind does not join these ranks. The PID alone could repeat across PID
+/// namespaces (containers on the host's network), the start time with it
+/// does not.
+fn job_id() -> Result<String> {
+    match std::env::var("AINFTP_JOB_ID") {
+        Ok(id) if !id.is_empty() => {
+            collectives::driver::rendezvous::check_job_id(&id)
+                .map_err(|e| Error::Usage(format!("AINFTP_JOB_ID: {e}")))?;
+            Ok(id)
+        }
+        _ => {
+            let since_epoch = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default();
+            Ok(format!(
+                "local-{}-{:x}",
+                std::process::id(),
+                since_epoch.as_nanos() as u64
+            ))
+        }
+    }
+}
+
 /// Starts the ranks (rank r with `rank_args(r)` before our own arguments)
 /// and waits for all of them; the rendezvous ports of `lanes` lanes are
 /// checked free first. Rank r is told to pin itself to the r-th of
@@ -105,10 +131,7 @@ pub fn spawn_ranks(
     rank_args: impl Fn(usize) -> Vec<String>,
 ) -> Result<()> {
     let port = free_ports(lanes)?;
-    // Another launch that picked the same ports in the moment between
-    // their check and rank 0's bind must not join these ranks.
-    let job =
-        std::env::var("AINFTP_JOB_ID").unwrap_or_else(|_| format!("local-{}", std::process::id()));
+    let job = job_id()?;
     let exe = std::env::current_exe().map_err(|e| Error::Io("finding this binary".into(), e))?;
     let args: Vec<_> = std::env::args_os().skip(1).collect();
     let cpus: Vec<usize> = core_affinity::get_core_ids()
