@@ -33,6 +33,10 @@ use tracing::{debug, warn};
 
 /// Longest line a link accepts (`lost R` is a dozen bytes).
 const MAX_LINE: usize = 64;
+/// Most bytes one `poll` (or `say_bye`'s drain) reads from a link. A rank
+/// sends a few short lines in a job's life; an end that keeps writing
+/// cannot keep the progress loop (or a drop) reading for ever.
+const READ_LIMIT: usize = 64 * 1024;
 
 /// This rank's ends of the liveness links: to rank 0, or (on rank 0) to
 /// every other rank. Polled from the progress loop; `say_bye` when the
@@ -56,6 +60,9 @@ struct Link {
     /// Bytes to send that the socket did not take yet.
     outbox: Vec<u8>,
     state: LinkState,
+    /// An unknown line was logged already (one warning a link, not a
+    /// flood from an end that sends junk).
+    warned: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -121,6 +128,7 @@ impl Watch {
                     line: Vec::new(),
                     outbox: Vec::new(),
                     state,
+                    warned: false,
                 }
             })
             .collect();
@@ -154,8 +162,13 @@ impl Watch {
             // Unread input (a relay) would make the close a reset, which
             // the other end may see before the bye. (An unwatched link
             // blocks: it is not drained.)
-            let mut sink = [0u8; 256];
-            while l.state == LinkState::Open && matches!(l.stream.read(&mut sink), Ok(n) if n > 0) {
+            let mut sink = [0u8; 4096];
+            let mut drained = 0;
+            while l.state == LinkState::Open && drained < READ_LIMIT {
+                match l.stream.read(&mut sink) {
+                    Ok(n) if n > 0 => drained += n,
+                    _ => break,
+                }
             }
             l.outbox.extend_from_slice(b"bye\n");
             flush(l);
@@ -174,13 +187,15 @@ impl Watch {
         }
         for i in self.readable() {
             let mut chunk = [0u8; 256];
-            loop {
+            let mut taken = 0;
+            while taken < READ_LIMIT {
                 match self.links[i].stream.read(&mut chunk) {
                     Ok(0) => {
                         self.closed(i);
                         break;
                     }
                     Ok(n) => {
+                        taken += n;
                         let rank = self.links[i].rank;
                         self.take_bytes(i, &chunk[..n]);
                         if self.links[i].state != LinkState::Open {
@@ -242,8 +257,12 @@ impl Watch {
             .filter(|&r| from == 0 && r != 0 && r < self.world);
         match reported {
             Some(r) => self.note_lost(r),
+            None if !self.links[i].warned => {
+                self.links[i].warned = true;
+                warn!(from, line = %line.escape_debug(), "liveness link: ignored an unknown line (further ones from this rank are logged at debug level)")
+            }
             None => {
-                warn!(from, line = %line.escape_debug(), "liveness link: ignored an unknown line")
+                debug!(from, line = %line.escape_debug(), "liveness link: ignored an unknown line")
             }
         }
     }
@@ -365,6 +384,52 @@ mod tests {
         for w in &mut ranks {
             assert_eq!(poll_until_lost(w), vec![0]);
         }
+    }
+
+    #[test]
+    fn a_poll_reads_a_bounded_amount_from_an_end_that_floods_it() {
+        use std::io::Write;
+        const SENT: usize = 256 * 1024;
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let ours = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let mut theirs = listener.accept().unwrap().0;
+        SockRef::from(&ours).set_recv_buffer_size(1 << 20).unwrap();
+        SockRef::from(&theirs)
+            .set_send_buffer_size(1 << 20)
+            .unwrap();
+        // Junk without line ends: what a writer that never stops has
+        // always queued. (A poll that read until the socket ran dry never
+        // returned while the other end kept writing.)
+        theirs.write_all(&[b'x'; SENT]).unwrap();
+        std::thread::sleep(Duration::from_millis(50));
+        let mut w = Watch::to_rank0(2, ours, Vec::new());
+        w.poll();
+        // What the poll left is still there to read.
+        let mut rest = w.links[0].stream.try_clone().unwrap();
+        let mut left = 0;
+        let mut chunk = [0u8; 65536];
+        let mut last_byte = Instant::now();
+        while left < SENT && last_byte.elapsed() < Duration::from_millis(500) {
+            match rest.read(&mut chunk) {
+                Ok(0) => break,
+                Ok(n) => {
+                    left += n;
+                    last_byte = Instant::now();
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                    std::thread::sleep(Duration::from_millis(1))
+                }
+                Err(e) => panic!("{e}"),
+            }
+        }
+        let taken = SENT - left;
+        // READ_LIMIT (64 KiB), and one read's worth past it.
+        assert!(taken <= 64 * 1024 + 256, "one poll read {taken} bytes");
+        assert!(taken > 0, "the poll read nothing");
+        // And a bye drains a bounded amount too, then closes.
+        theirs.write_all(&[b'x'; 4096]).unwrap();
+        w.say_bye();
+        assert_eq!(w.links[0].state, LinkState::Left);
     }
 
     #[test]
