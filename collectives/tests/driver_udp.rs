@@ -380,7 +380,15 @@ fn a_rank_whose_i16_input_is_not_finite_fails_and_its_peer_is_told() {
 /// the handshake) connects to `target` with the mesh's ALPN and sends
 /// `bytes` on its first stream (none: it says nothing); returns how its
 /// connection ended within 20 s.
-fn stranger(target: std::net::SocketAddrV4, bytes: &[u8]) -> Option<CloseReason> {
+/// What a stranger does once its handshake is done.
+enum Stranger<'a> {
+    /// Sends these bytes on stream 0 (nothing, for none).
+    Sends(&'a [u8]),
+    /// Sends a byte on stream 0, then resets it.
+    Resets,
+}
+
+fn stranger(target: std::net::SocketAddrV4, does: Stranger<'_>) -> Option<CloseReason> {
     let local = "127.0.0.1:0".parse().unwrap();
     let mut io = KernelUdp::bind(local, KernelUdpConfig::default()).unwrap();
     let cfg = QuicConfig {
@@ -393,8 +401,19 @@ fn stranger(target: std::net::SocketAddrV4, bytes: &[u8]) -> Option<CloseReason>
     let deadline = Instant::now() + Duration::from_secs(20);
     while Instant::now() < deadline {
         ep.drive(&mut io, &mut tx);
-        if ep.is_established(conn) && !sent && !bytes.is_empty() {
-            sent = ep.stream_send(conn, 0, bytes, false).is_ok();
+        if ep.is_established(conn) && !sent {
+            sent = match does {
+                Stranger::Sends([]) => true,
+                Stranger::Sends(bytes) => ep.stream_send(conn, 0, bytes, false).is_ok(),
+                Stranger::Resets => {
+                    ep.stream_send(conn, 0, b"x", false).is_ok()
+                        && ep
+                            .connection_mut(conn)
+                            .unwrap()
+                            .stream_shutdown(0, quiche::Shutdown::Write, 7)
+                            .is_ok()
+                }
+            };
         }
         while let Some(e) = ep.poll_event() {
             if let Event::Closed { reason, .. } = e {
@@ -407,10 +426,12 @@ fn stranger(target: std::net::SocketAddrV4, bytes: &[u8]) -> Option<CloseReason>
 }
 
 /// A connection that breaks the mesh's protocol before saying which rank
-/// it is (a bad hello, a length prefix past the limit, no hello in 10 s)
-/// is closed with code 1, and the job goes on: it used to fail every
-/// collective of the rank it reached (Error::Framing), and a silent one
-/// stayed until newer ones pushed it out.
+/// it is (a bad hello, a length prefix past the limit, no hello in 10 s, a
+/// reset stream, a hello for a rank that has its connections) is closed
+/// with code 1, and the job goes on: it used to fail every collective of
+/// the rank it reached (Error::Framing, Error::Transport for a reset), a
+/// silent one stayed until newer ones pushed it out, and a false hello
+/// took a place among the rank's connections.
 #[test]
 fn a_stranger_that_connects_and_sends_junk_is_refused_and_the_job_goes_on() {
     let peers = common::loopback_addrs(2);
@@ -421,10 +442,20 @@ fn a_stranger_that_connects_and_sends_junk_is_refused_and_the_job_goes_on() {
         let mut bad_hello = 16u32.to_le_bytes().to_vec();
         bad_hello.extend_from_slice(b"NOT A HELLO FRAM");
         let too_long = u32::MAX.to_le_bytes().to_vec();
+        // Within the limit of a rank's frames (16 MiB), far beyond a hello.
+        let big = (16u32 << 20).to_le_bytes().to_vec();
+        // Rank 0's hello: rank 0 is connected already (one connection).
+        let mut rank_0 = 16u32.to_le_bytes().to_vec();
+        rank_0.extend_from_slice(b"AINFTPH1");
+        rank_0.extend_from_slice(&0u32.to_le_bytes());
+        rank_0.extend_from_slice(&0u32.to_le_bytes());
         let ends = [
-            stranger(target, &bad_hello),
-            stranger(target, &too_long),
-            stranger(target, &[]),
+            stranger(target, Stranger::Sends(&bad_hello)),
+            stranger(target, Stranger::Sends(&too_long)),
+            stranger(target, Stranger::Sends(&[])),
+            stranger(target, Stranger::Resets),
+            stranger(target, Stranger::Sends(&big)),
+            stranger(target, Stranger::Sends(&rank_0)),
         ];
         done.store(true, std::sync::atomic::Ordering::Release);
         ends
@@ -447,12 +478,15 @@ fn a_stranger_that_connects_and_sends_junk_is_refused_and_the_job_goes_on() {
             }
             std::thread::sleep(Duration::from_millis(5));
         }
+        let refused = c.counters().connections_refused;
         c.shutdown()?;
-        Ok::<_, Error>(rounds)
+        Ok::<_, Error>((rounds, refused))
     });
     for (rank, r) in out.iter().enumerate() {
         assert!(r.is_ok(), "rank {rank}: {r:?}");
     }
+    // Rank 1 counted every stranger it turned away.
+    assert_eq!(out[1].as_ref().unwrap().1, 6);
     for (k, end) in strangers.join().unwrap().into_iter().enumerate() {
         match end {
             Some(CloseReason::Peer {
@@ -461,7 +495,14 @@ fn a_stranger_that_connects_and_sends_junk_is_refused_and_the_job_goes_on() {
                 reason,
             }) => {
                 let why = String::from_utf8_lossy(&reason);
-                let want = ["hello", "exceeds the limit", "said no hello within 10 s"][k];
+                let want = [
+                    "hello",
+                    "exceeds the limit",
+                    "said no hello within 10 s",
+                    "its stream failed",
+                    "16777216 bytes exceeds the limit of 16",
+                    "rank 0 has its 1 connection(s) already",
+                ][k];
                 assert!(why.contains(want), "stranger {k}: {why}");
             }
             other => panic!("stranger {k}: expected a refusal, got {other:?}"),

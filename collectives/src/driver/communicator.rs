@@ -33,6 +33,8 @@ pub struct DriverCounters {
     pub frames_received: u64,
     /// Flushes where QUIC took less than was queued (backpressure).
     pub send_blocked: u64,
+    /// Accepted connections refused before they said which rank they are.
+    pub connections_refused: u64,
     /// Times the caller got control back with a finished collective (one
     /// per collective: a blocking call's return, or `wait`).
     pub wakeups: u64,
@@ -102,6 +104,7 @@ impl DriverCounters {
         self.frames_sent += o.frames_sent;
         self.frames_received += o.frames_received;
         self.send_blocked += o.send_blocked;
+        self.connections_refused += o.connections_refused;
         self.wakeups += o.wakeups;
         self.idle_waits += o.idle_waits;
         let e = &mut self.engine;
@@ -330,6 +333,7 @@ impl<B: Backend> Communicator<B> {
             frames_sent: m.frames_sent,
             frames_received: m.frames_received,
             send_blocked: m.send_blocked,
+            connections_refused: m.connections_refused,
             wakeups: self.wakeups,
             idle_waits: self.idle_waits,
             engine: self.engine.counters(),

@@ -164,6 +164,12 @@ impl FrameReader {
         }
     }
 
+    /// Takes frames up to `max_frame` from now on (bytes already read
+    /// are kept).
+    pub fn set_max_frame(&mut self, max_frame: usize) {
+        self.max_frame = max_frame;
+    }
+
     /// Exactly `len` bytes to read into; call `filled` after.
     pub fn spare(&mut self, len: usize) -> &mut [u8] {
         if self.start == self.end {

@@ -143,6 +143,9 @@ pub struct MeshCounters {
     /// Flushes that left bytes queued because QUIC flow or congestion
     /// control took less (backpressure).
     pub send_blocked: u64,
+    /// Accepted connections closed before they said which rank they are
+    /// (strangers: a bad hello, junk, a reset, silence).
+    pub connections_refused: u64,
 }
 
 pub struct Mesh<B: Backend> {
@@ -156,7 +159,7 @@ pub struct Mesh<B: Backend> {
     links: Vec<Link>,
     /// Accepted links with when they were accepted, oldest first, until
     /// their hello came or `HELLO_LIMIT` passed.
-    awaiting_hello: VecDeque<(Instant, usize)>,
+    awaiting_hello: VecDeque<(Instant, usize, ConnHandle)>,
     by_conn: HashMap<ConnHandle, usize>,
     peer_links: Vec<Vec<usize>>,
     rr: Vec<usize>,
@@ -286,8 +289,29 @@ impl<B: Backend> Mesh<B> {
         stream: Option<u64>,
     ) -> usize {
         let slot = rank.map(|_| self.io.watch(addr));
-        let idx = self.links.len();
-        self.links.push(Link {
+        // An accepted link may carry nothing but its hello until it says
+        // which rank it is: a stranger's length prefix cannot make it
+        // hold more (the limit is raised once the hello is taken).
+        let input = match rank {
+            Some(_) => FrameReader::new(MAX_FRAME),
+            None => FrameReader::empty(HELLO_LEN),
+        };
+        // A closed stranger's place is taken again, so that strangers
+        // coming and going cannot grow the table every turn walks.
+        let reused = rank
+            .is_none()
+            .then(|| {
+                (0..self.links.len())
+                    .find(|&i| self.links[i].rank.is_none() && self.links[i].closed)
+            })
+            .flatten();
+        if let Some(i) = reused {
+            let old = self.links[i].conn;
+            if self.by_conn.get(&old) == Some(&i) {
+                self.by_conn.remove(&old);
+            }
+        }
+        let link = Link {
             conn,
             stream,
             rank,
@@ -299,9 +323,19 @@ impl<B: Backend> Mesh<B> {
             closed: false,
             slot,
             out: FrameQueue::default(),
-            input: FrameReader::new(MAX_FRAME),
+            input,
             bytes_queued: 0,
-        });
+        };
+        let idx = match reused {
+            Some(i) => {
+                self.links[i] = link;
+                i
+            }
+            None => {
+                self.links.push(link);
+                self.links.len() - 1
+            }
+        };
         self.by_conn.insert(conn, idx);
         if let Some(r) = rank {
             self.peer_links[r].push(idx);
@@ -556,7 +590,7 @@ impl<B: Backend> Mesh<B> {
                         }
                         let i = self.add_link(conn, peer, None, None);
                         self.links[i].established = true;
-                        self.awaiting_hello.push_back((Instant::now(), i));
+                        self.awaiting_hello.push_back((Instant::now(), i, conn));
                     }
                 },
                 Event::Closed {
@@ -595,6 +629,7 @@ impl<B: Backend> Mesh<B> {
                         }
                         None => {
                             debug!(%peer, %reason, "unidentified connection closed");
+                            self.links[i].input = FrameReader::empty(0);
                         }
                     }
                 }
@@ -620,6 +655,10 @@ impl<B: Backend> Mesh<B> {
                     Ok(mut streams) => streams.next(),
                     Err(QuicError::NoConnection) => {
                         self.links[i].closed = true;
+                        continue;
+                    }
+                    Err(e) if self.links[i].rank.is_none() => {
+                        self.refuse(i, &format!("its streams failed: {e}"));
                         continue;
                     }
                     Err(e) => return Err(Error::Transport(e.to_string())),
@@ -660,6 +699,12 @@ impl<B: Backend> Mesh<B> {
                 Err(QuicError::NoConnection) => {
                     link.closed = true;
                     break;
+                }
+                // A stranger that resets its stream (or breaks it another
+                // way) is refused; a rank that does fails the collective.
+                Err(e) if link.rank.is_none() => {
+                    self.refuse(i, &format!("its stream failed: {e}"));
+                    return Ok(frames);
                 }
                 Err(e) => return Err(Error::Transport(format!("stream from {}: {e}", link.addr))),
             };
@@ -718,6 +763,22 @@ impl<B: Backend> Mesh<B> {
                                 return Ok(frames);
                             }
                         };
+                        // A rank opens `conns_per_peer` connections: a
+                        // hello beyond them is not that rank's.
+                        let held = self.peer_links[from]
+                            .iter()
+                            .filter(|&&j| !self.links[j].closed)
+                            .count();
+                        if held >= self.conns_per_peer {
+                            let why = format!(
+                                "rank {from} has its {} connection(s) already",
+                                self.conns_per_peer
+                            );
+                            self.refuse(i, &why);
+                            return Ok(frames);
+                        }
+                        let link = &mut self.links[i];
+                        link.input.set_max_frame(MAX_FRAME);
                         link.rank = Some(from);
                         link.slot = Some(self.io.watch(link.addr));
                         debug!(rank = from, addr = %link.addr, "peer identified");
@@ -744,18 +805,21 @@ impl<B: Backend> Mesh<B> {
         warn!(addr = %link.addr, reason, "refusing a connection that is not a rank of this job");
         let _ = self.ep.close(link.conn, REFUSED, reason.as_bytes());
         link.closed = true;
+        self.counters.connections_refused += 1;
         // Its buffer goes now; the link stays (indexes are kept).
         link.input = FrameReader::empty(0);
     }
 
     /// Closes accepted links that said no hello within `HELLO_LIMIT`.
     fn refuse_silent(&mut self, now: Instant) {
-        while let Some(&(since, i)) = self.awaiting_hello.front() {
+        while let Some(&(since, i, conn)) = self.awaiting_hello.front() {
             if now.saturating_duration_since(since) < HELLO_LIMIT {
                 break;
             }
             self.awaiting_hello.pop_front();
-            if self.links[i].rank.is_none() && !self.links[i].closed {
+            // (A place whose stranger closed may hold a newer one now.)
+            let link = &self.links[i];
+            if link.conn == conn && link.rank.is_none() && !link.closed {
                 let why = format!("said no hello within {} s", HELLO_LIMIT.as_secs());
                 self.refuse(i, &why);
             }
