@@ -233,6 +233,29 @@ fn a_dead_rank_fails_the_call_and_the_lanes_refuse_more_work() {
         );
         assert!(matches!(again, Error::Failed(_)), "rank {r}: {again}");
         assert!(again.to_string().contains("rank 2"), "{again}");
+        // The cause stays typed: callers find the rank at fault.
+        assert_eq!(again.peer_at_fault(), Some(2), "rank {r}: {again:?}");
+    }
+}
+
+/// A collective the lanes refuse outright (a broadcast from a rank that
+/// does not exist) leaves them usable, as it leaves a communicator: it
+/// used to fail them for good.
+#[test]
+fn a_refused_collective_leaves_the_lanes_usable() {
+    let out = on_ranks(2, DriverConfig::default(), |mut l| {
+        let mut buf = vec![1.0f32; 1000];
+        let refused = l.broadcast(&mut buf, 99).unwrap_err();
+        l.all_reduce(&mut buf, ReduceOp::Sum)
+            .map(|()| (refused, buf[0]))
+    });
+    for (r, o) in out.into_iter().enumerate() {
+        let (refused, sum) = o.unwrap_or_else(|e| panic!("rank {r}: {e}"));
+        assert!(
+            matches!(refused, Error::RankOutOfRange { rank: 99, .. }),
+            "{refused}"
+        );
+        assert_eq!(sum, 2.0);
     }
 }
 

@@ -326,6 +326,12 @@ impl<B: Backend> Communicator<B> {
         self.engine.algo_for(op, count)
     }
 
+    /// Why this communicator cannot run collectives any more, once a
+    /// collective failed (see [`Error::Failed`]).
+    pub fn failure(&self) -> Option<&Error> {
+        self.failed.as_ref()
+    }
+
     pub fn counters(&self) -> DriverCounters {
         let m = self.mesh.counters();
         DriverCounters {

@@ -51,7 +51,8 @@ where
     cpus: Vec<Option<usize>>,
     min_lane_bytes: usize,
     wakeups: u64,
-    failed: Option<String>,
+    /// Why the lanes are out of step with their peers, once they are.
+    failed: Option<Error>,
     /// bf16 buckets widened to f32 (grows to the largest bucket).
     wide: Vec<f32>,
     /// Each lane's gathered pieces of a split reduce-scatter or
@@ -305,19 +306,31 @@ where
     /// enough (see [`Self::lanes_for`]).
     pub fn run(&mut self, collective: Collective, buf: &mut [f32]) -> Result<()> {
         if let Some(why) = &self.failed {
-            return Err(Error::Failed(Box::new(Error::Transport(why.clone()))));
+            return Err(Error::Failed(Box::new(why.clone())));
         }
-        let result = if self.lanes.len() == 1 {
-            self.lanes[0].run(collective, buf)
-        } else {
-            match self.lanes_for(collective.op, buf.len()) {
-                1 => self.run_on_lane_zero(collective, buf),
-                n => self.run_split(collective, buf, n),
-            }
+        let split = match self.lanes.len() {
+            1 => 1,
+            _ => self.lanes_for(collective.op, buf.len()),
+        };
+        let result = match split {
+            1 if self.lanes.len() == 1 => self.lanes[0].run(collective, buf),
+            1 => self.run_on_lane_zero(collective, buf),
+            n => self.run_split(collective, buf, n),
         };
         match &result {
             Ok(()) => self.wakeups += 1,
-            Err(e) => self.failed = Some(e.to_string()),
+            // A lane that failed is out of step with its peers, and so is
+            // a split run that failed anywhere (a lane's thread that did
+            // not start or panicked, a part run on some lanes only). A
+            // collective on one lane that its communicator refused (a bad
+            // root, say) leaves every lane usable, as it leaves a
+            // communicator. The cause is kept as it was, so that
+            // `peer_at_fault` still names the rank.
+            Err(e) => {
+                if split > 1 || self.lanes.iter().any(|l| l.failure().is_some()) {
+                    self.failed = Some(e.clone());
+                }
+            }
         }
         result
     }
