@@ -475,8 +475,32 @@ impl Engine {
                 self.residuals.restore(t, r);
             }
             self.next_seq = a.seq.wrapping_add(1);
+            self.drop_early(a.seq);
         }
         self.ctx.residual = None;
+    }
+
+    /// Drops what is still kept of collective `seq`, which is over: a
+    /// message the collective did not take was a duplicate (a faulty or
+    /// hostile peer's), and kept it would hold its share of
+    /// `max_early_bytes` for ever (its number does not come again until
+    /// the sequence wraps), until honest ranks' messages found no room.
+    fn drop_early(&mut self, seq: u32) {
+        let mut i = 0;
+        while i < self.early.len() {
+            if self.early[i].1 != seq {
+                i += 1;
+                continue;
+            }
+            let (from, _, bytes) = self.early.remove(i).expect("index checked");
+            self.early_bytes -= bytes.len();
+            tracing::warn!(
+                from,
+                seq,
+                "dropped a message that collective {seq} did not take (a duplicate)"
+            );
+            self.ctx.recycle(bytes);
+        }
     }
 
     /// Abandons the running collective (after an error); its sequence

@@ -200,3 +200,62 @@ fn one_slow_uplink_sets_the_pace_and_changes_no_bit() {
         );
     }
 }
+
+/// A duplicate that arrives before its collective starts stays unread
+/// when the collective completes without it. It used to stay kept, and
+/// its bytes counted against `max_early_bytes`, for ever: an honest
+/// rank's early messages then found no room.
+#[test]
+fn a_duplicate_kept_for_a_collective_is_dropped_when_it_ends() {
+    use collectives::engine::Engine;
+    const CHUNK: usize = 64;
+    let all_reduce = Collective::all_reduce(ReduceOp::Sum);
+    let config = Config {
+        algo: Algo::RecursiveDoubling,
+        chunk_elems: CHUNK,
+        ..Config::default()
+    };
+    // Rank 1 starts a collective of `chunks` chunks in `buf`; its
+    // messages to rank 0.
+    let start = |one: &mut Engine, buf: &mut Vec<f32>, chunks: usize| -> Vec<Vec<u8>> {
+        *buf = vec![1.0f32; CHUNK * chunks];
+        one.start(all_reduce, buf).unwrap();
+        std::iter::from_fn(|| one.poll_send())
+            .map(|o| {
+                assert_eq!(o.to, 0);
+                o.bytes
+            })
+            .collect()
+    };
+    let mut probe = Engine::new(1, 2, config.clone()).unwrap();
+    let x = start(&mut probe, &mut Vec::new(), 1)[0].len();
+    // Room for two messages: collective 0's and its duplicate, and then
+    // collective 1's two chunks.
+    let config = Config {
+        max_early_bytes: 2 * x,
+        ..config
+    };
+    let mut zero = Engine::new(0, 2, config.clone()).unwrap();
+    let mut one = Engine::new(1, 2, config).unwrap();
+    let mut ones = Vec::new();
+    let first = start(&mut one, &mut ones, 1);
+    assert_eq!(first.len(), 1);
+    for bytes in [&first[0], &first[0]] {
+        zero.handle(1, bytes, &mut []).unwrap();
+    }
+    let mut zeros = vec![1.0f32; CHUNK];
+    zero.start(all_reduce, &mut zeros).unwrap();
+    assert_eq!(zeros[0], 2.0, "collective 0 completed on rank 0");
+    // Rank 1 completes collective 0 with rank 0's message, and starts the
+    // next one, of two chunks, ahead of rank 0.
+    while let Some(o) = zero.poll_send() {
+        one.handle(0, &o.bytes, &mut ones).unwrap();
+    }
+    assert_eq!(ones[0], 2.0, "collective 0 completed on rank 1");
+    let second = start(&mut one, &mut ones, 2);
+    assert_eq!(second.len(), 2);
+    for bytes in &second {
+        zero.handle(1, bytes, &mut [])
+            .expect("room for rank 1's early messages");
+    }
+}
