@@ -464,28 +464,30 @@ impl Engine {
         if let Some(a) = &self.active {
             self.completed_seq = a.seq.wrapping_add(1);
         }
-        self.finish();
+        self.finish(true);
         self.ctx.counters.wakeups += 1;
         Progress::Complete
     }
 
-    fn finish(&mut self) {
+    fn finish(&mut self, completed: bool) {
         if let Some(a) = self.active.take() {
             if let (Some(t), Some(r)) = (a.tensor, self.ctx.residual.take()) {
                 self.residuals.restore(t, r);
             }
             self.next_seq = a.seq.wrapping_add(1);
-            self.drop_early(a.seq);
+            self.drop_early(a.seq, completed);
         }
         self.ctx.residual = None;
     }
 
-    /// Drops what is still kept of collective `seq`, which is over: a
-    /// message the collective did not take was a duplicate (a faulty or
-    /// hostile peer's), and kept it would hold its share of
+    /// Drops what is still kept of collective `seq`, which is over: after
+    /// it completed, a message it did not take was a duplicate (a faulty
+    /// or hostile peer's), and kept it would hold its share of
     /// `max_early_bytes` for ever (its number does not come again until
     /// the sequence wraps), until honest ranks' messages found no room.
-    fn drop_early(&mut self, seq: u32) {
+    /// After an abort, the communicator has failed and nothing is lost.
+    fn drop_early(&mut self, seq: u32, completed: bool) {
+        let mut from_ranks = Vec::new();
         let mut i = 0;
         while i < self.early.len() {
             if self.early[i].1 != seq {
@@ -494,12 +496,17 @@ impl Engine {
             }
             let (from, _, bytes) = self.early.remove(i).expect("index checked");
             self.early_bytes -= bytes.len();
-            tracing::warn!(
-                from,
-                seq,
-                "dropped a message that collective {seq} did not take (a duplicate)"
-            );
             self.ctx.recycle(bytes);
+            if !from_ranks.contains(&from) {
+                from_ranks.push(from);
+            }
+        }
+        if completed && !from_ranks.is_empty() {
+            tracing::warn!(
+                seq,
+                ?from_ranks,
+                "dropped messages that collective {seq} did not take (duplicates)"
+            );
         }
     }
 
@@ -507,7 +514,7 @@ impl Engine {
     /// number is consumed so that later collectives line up with peers
     /// that also abort.
     pub fn abort(&mut self) {
-        self.finish();
+        self.finish(false);
     }
 }
 

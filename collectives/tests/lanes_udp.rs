@@ -239,23 +239,29 @@ fn a_dead_rank_fails_the_call_and_the_lanes_refuse_more_work() {
 }
 
 /// A collective the lanes refuse outright (a broadcast from a rank that
-/// does not exist) leaves them usable, as it leaves a communicator: it
-/// used to fail them for good.
+/// does not exist) leaves them usable, as it leaves a communicator, on
+/// one lane and split over all of them: it used to fail them for good.
 #[test]
 fn a_refused_collective_leaves_the_lanes_usable() {
     let out = on_ranks(2, DriverConfig::default(), |mut l| {
-        let mut buf = vec![1.0f32; 1000];
-        let refused = l.broadcast(&mut buf, 99).unwrap_err();
-        l.all_reduce(&mut buf, ReduceOp::Sum)
-            .map(|()| (refused, buf[0]))
+        let mut sums = Vec::new();
+        // 1000 elements run on lane 0; 100,000 are split over the lanes.
+        for len in [1000, 100_000] {
+            let mut buf = vec![1.0f32; len];
+            let refused = l.broadcast(&mut buf, 99).unwrap_err();
+            assert!(
+                matches!(refused, Error::RankOutOfRange { rank: 99, .. }),
+                "{len}: {refused}"
+            );
+            l.all_reduce(&mut buf, ReduceOp::Sum)?;
+            let lanes = l.lanes_for(collectives::Op::Broadcast { root: 0 }, len);
+            sums.push((lanes, buf[len - 1]));
+        }
+        Ok::<_, Error>(sums)
     });
     for (r, o) in out.into_iter().enumerate() {
-        let (refused, sum) = o.unwrap_or_else(|e| panic!("rank {r}: {e}"));
-        assert!(
-            matches!(refused, Error::RankOutOfRange { rank: 99, .. }),
-            "{refused}"
-        );
-        assert_eq!(sum, 2.0);
+        let sums = o.unwrap_or_else(|e| panic!("rank {r}: {e}"));
+        assert_eq!(sums, vec![(1, 2.0), (LANES, 2.0)], "rank {r}");
     }
 }
 

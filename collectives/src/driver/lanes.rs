@@ -312,23 +312,23 @@ where
             1 => 1,
             _ => self.lanes_for(collective.op, buf.len()),
         };
-        let result = match split {
-            1 if self.lanes.len() == 1 => self.lanes[0].run(collective, buf),
-            1 => self.run_on_lane_zero(collective, buf),
+        let (result, broken) = match split {
+            1 if self.lanes.len() == 1 => (self.lanes[0].run(collective, buf), false),
+            1 => (self.run_on_lane_zero(collective, buf), false),
             n => self.run_split(collective, buf, n),
         };
         match &result {
             Ok(()) => self.wakeups += 1,
-            // A lane that failed is out of step with its peers, and so is
-            // a split run that failed anywhere (a lane's thread that did
-            // not start or panicked, a part run on some lanes only). A
-            // collective on one lane that its communicator refused (a bad
-            // root, say) leaves every lane usable, as it leaves a
-            // communicator. The cause is kept as it was, so that
-            // `peer_at_fault` still names the rank.
+            // A lane that failed is out of step with its peers, and so are
+            // lanes whose thread did not start or panicked. A collective
+            // the lanes' communicators refused (a bad root, say) leaves
+            // every lane usable, as it leaves a communicator. The failed
+            // lane's cause is kept as it was, so that `peer_at_fault`
+            // still names the rank.
             Err(e) => {
-                if split > 1 || self.lanes.iter().any(|l| l.failure().is_some()) {
-                    self.failed = Some(e.clone());
+                let lane_failure = self.lanes.iter().find_map(|l| l.failure().cloned());
+                if lane_failure.is_some() || broken {
+                    self.failed = Some(lane_failure.unwrap_or_else(|| e.clone()));
                 }
             }
         }
@@ -355,8 +355,14 @@ where
     }
 
     /// Lanes `0..n` run one part of `buf` each; the lanes beyond `n`
-    /// only keep their traffic moving until those are done.
-    fn run_split(&mut self, collective: Collective, buf: &mut [f32], n: usize) -> Result<()> {
+    /// only keep their traffic moving until those are done. Also says
+    /// whether a lane's thread did not start or panicked.
+    fn run_split(
+        &mut self,
+        collective: Collective,
+        buf: &mut [f32],
+        n: usize,
+    ) -> (Result<()>, bool) {
         let (count, lanes, world) = (buf.len(), self.lanes.len(), self.world());
         let mut parts: Vec<Option<Part>> = Vec::with_capacity(lanes);
         if matches!(collective.op, Op::ReduceScatter(_) | Op::AllGather) {
@@ -409,7 +415,9 @@ where
             }
             // Lane 0 works on the caller's thread meanwhile.
             let result = run_part(first_lane, collective, first_part, running);
-            join_lanes(not_started.map_or(result, Err), handles)
+            let broken = not_started.is_some();
+            let (result, panicked) = join_lanes(not_started.map_or(result, Err), handles);
+            (result, broken || panicked)
         })
     }
 
@@ -519,24 +527,25 @@ where
             .into_iter()
             .map(|c| s.spawn(move || c.shutdown()))
             .collect();
-        join_lanes(Ok(()), handles)
+        join_lanes(Ok(()), handles).0
     })
 }
 
 /// Waits for every lane's thread; the first error (`first`, then in lane
-/// order) is the result.
+/// order) is the result, and whether a thread panicked.
 fn join_lanes(
     first: Result<()>,
     handles: Vec<std::thread::ScopedJoinHandle<'_, Result<()>>>,
-) -> Result<()> {
-    let mut result = first;
+) -> (Result<()>, bool) {
+    let (mut result, mut panicked) = (first, false);
     for h in handles {
-        let lane = h
-            .join()
-            .unwrap_or_else(|_| Err(Error::Transport("a lane's thread panicked".into())));
+        let lane = h.join().unwrap_or_else(|_| {
+            panicked = true;
+            Err(Error::Transport("a lane's thread panicked".into()))
+        });
         if result.is_ok() {
             result = lane;
         }
     }
-    result
+    (result, panicked)
 }

@@ -580,7 +580,7 @@ impl<B: Backend> Mesh<B> {
                         // all ranks: the oldest goes (a rank's hello comes
                         // right after its handshake; a stranger that
                         // stays silent cannot keep ranks out).
-                        let oldest = self.unidentified().next();
+                        let oldest = self.oldest_unidentified();
                         let full = self.unidentified().count() >= self.world * self.conns_per_peer;
                         if let Some(oldest) = oldest.filter(|_| full) {
                             self.refuse(
@@ -655,10 +655,6 @@ impl<B: Backend> Mesh<B> {
                     Ok(mut streams) => streams.next(),
                     Err(QuicError::NoConnection) => {
                         self.links[i].closed = true;
-                        continue;
-                    }
-                    Err(e) if self.links[i].rank.is_none() => {
-                        self.refuse(i, &format!("its streams failed: {e}"));
                         continue;
                     }
                     Err(e) => return Err(Error::Transport(e.to_string())),
@@ -827,9 +823,22 @@ impl<B: Backend> Mesh<B> {
     }
 
     /// Accepted links that are open and have not said which rank they
-    /// are, oldest first.
+    /// are.
     fn unidentified(&self) -> impl Iterator<Item = usize> + '_ {
         (0..self.links.len()).filter(|&i| self.links[i].rank.is_none() && !self.links[i].closed)
+    }
+
+    /// The one of them accepted first. By the order they came in, not by
+    /// their place in `links`: a new one may take a closed stranger's
+    /// place before older ones, and must not be the first to go.
+    fn oldest_unidentified(&self) -> Option<usize> {
+        self.awaiting_hello
+            .iter()
+            .find(|&&(_, i, conn)| {
+                let l = &self.links[i];
+                l.conn == conn && l.rank.is_none() && !l.closed
+            })
+            .map(|&(_, i, _)| i)
     }
 
     /// Moves engine messages into link queues while the driver holds

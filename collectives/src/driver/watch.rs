@@ -406,30 +406,39 @@ mod tests {
         w.poll();
         // What the poll left is still there to read.
         let mut rest = w.links[0].stream.try_clone().unwrap();
-        let mut left = 0;
-        let mut chunk = [0u8; 65536];
-        let mut last_byte = Instant::now();
-        while left < SENT && last_byte.elapsed() < Duration::from_millis(500) {
-            match rest.read(&mut chunk) {
-                Ok(0) => break,
-                Ok(n) => {
-                    left += n;
-                    last_byte = Instant::now();
+        // What is left to read once the writer's bytes have all come.
+        let mut left_to_read = || {
+            let (mut left, mut chunk) = (0, [0u8; 65536]);
+            let mut last_byte = Instant::now();
+            while last_byte.elapsed() < Duration::from_millis(300) {
+                match rest.read(&mut chunk) {
+                    Ok(0) => break,
+                    Ok(n) => {
+                        left += n;
+                        last_byte = Instant::now();
+                    }
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                        std::thread::sleep(Duration::from_millis(1))
+                    }
+                    Err(e) => panic!("{e}"),
                 }
-                Err(e) if e.kind() == ErrorKind::WouldBlock => {
-                    std::thread::sleep(Duration::from_millis(1))
-                }
-                Err(e) => panic!("{e}"),
             }
-        }
-        let taken = SENT - left;
+            left
+        };
+        let taken = SENT - left_to_read();
         // READ_LIMIT (64 KiB), and one read's worth past it.
         assert!(taken <= 64 * 1024 + 256, "one poll read {taken} bytes");
         assert!(taken > 0, "the poll read nothing");
-        // And a bye drains a bounded amount too, then closes.
-        theirs.write_all(&[b'x'; 4096]).unwrap();
+        // The drain before a bye is bounded too (4 KiB reads).
+        theirs.write_all(&[b'x'; SENT]).unwrap();
+        std::thread::sleep(Duration::from_millis(50));
         w.say_bye();
         assert_eq!(w.links[0].state, LinkState::Left);
+        let drained = SENT - left_to_read();
+        assert!(
+            drained <= 64 * 1024 + 4096,
+            "the bye drained {drained} bytes"
+        );
     }
 
     #[test]
