@@ -354,14 +354,8 @@ impl Engine {
         // then fails, and its goodbye tells the peers).
         alg.start(ctx, buf)?;
         // Messages that arrived before this collective started.
-        let mut i = 0;
-        while i < self.early.len() {
-            if self.early[i].1 != seq {
-                i += 1;
-                continue;
-            }
-            let (from, _, bytes) = self.early.remove(i).expect("index checked");
-            self.early_bytes -= bytes.len();
+        let mut at = 0;
+        while let Some((from, bytes)) = self.next_early(seq, &mut at) {
             let res = self.dispatch(from, &bytes, user_buf);
             self.ctx.recycle(bytes);
             match res {
@@ -480,6 +474,20 @@ impl Engine {
         self.ctx.residual = None;
     }
 
+    /// Takes the next kept message of collective `seq` from `at` on (and
+    /// leaves `at` where the next search goes on): its sender and bytes.
+    fn next_early(&mut self, seq: u32, at: &mut usize) -> Option<(usize, Vec<u8>)> {
+        while *at < self.early.len() {
+            if self.early[*at].1 == seq {
+                let (from, _, bytes) = self.early.remove(*at).expect("index checked");
+                self.early_bytes -= bytes.len();
+                return Some((from, bytes));
+            }
+            *at += 1;
+        }
+        None
+    }
+
     /// Drops what is still kept of collective `seq`, which is over: after
     /// it completed, a message it did not take was a duplicate (a faulty
     /// or hostile peer's), and kept it would hold its share of
@@ -488,14 +496,8 @@ impl Engine {
     /// After an abort, the communicator has failed and nothing is lost.
     fn drop_early(&mut self, seq: u32, completed: bool) {
         let mut from_ranks = Vec::new();
-        let mut i = 0;
-        while i < self.early.len() {
-            if self.early[i].1 != seq {
-                i += 1;
-                continue;
-            }
-            let (from, _, bytes) = self.early.remove(i).expect("index checked");
-            self.early_bytes -= bytes.len();
+        let mut at = 0;
+        while let Some((from, bytes)) = self.next_early(seq, &mut at) {
             self.ctx.recycle(bytes);
             if !from_ranks.contains(&from) {
                 from_ranks.push(from);
