@@ -54,6 +54,27 @@ impl Default for Config {
     }
 }
 
+/// A peer from which the running collective still needs messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Owed {
+    pub rank: usize,
+    /// Messages of the collective taken from it so far.
+    pub received: usize,
+    /// Messages of the collective this rank takes from it in all.
+    pub expected: usize,
+    /// Of those, how many it sends as soon as it enters the collective:
+    /// with `received` 0 and this above 0, it has not entered it (or its
+    /// messages are lost on the way).
+    pub on_entry: usize,
+}
+
+impl Owed {
+    /// It owes messages it would have sent on entering the collective.
+    pub fn not_entered(&self) -> bool {
+        self.received == 0 && self.on_entry > 0
+    }
+}
+
 struct Active {
     seq: u32,
     kind: Kind,
@@ -73,6 +94,8 @@ pub struct Engine {
     /// (an aborted one does not count).
     completed_seq: u32,
     active: Option<Active>,
+    /// Per peer: messages of the running collective taken from it.
+    received_from: Vec<usize>,
     early: VecDeque<(usize, u32, Vec<u8>)>,
     early_bytes: usize,
     residuals: Residuals,
@@ -122,6 +145,7 @@ impl Engine {
             next_seq: 0,
             completed_seq: 0,
             active: None,
+            received_from: vec![0; world],
             early: VecDeque::new(),
             early_bytes: 0,
             residuals: Residuals::default(),
@@ -348,6 +372,7 @@ impl Engine {
             barrier,
             tensor,
         });
+        self.received_from.fill(0);
         // Failing from here on, the collective stays active: its number is
         // taken and some of its messages may be queued, so the caller is
         // out of step with its peers and must `abort` (the communicator
@@ -437,7 +462,35 @@ impl Engine {
             (_, AlgoId::Direct) => &mut self.direct,
         };
         alg.on_message(ctx, from, &msg, bytes, buf)?;
+        self.received_from[from] += 1;
+        debug_assert!(
+            self.received_from[from] <= alg.expected_from(ctx, from),
+            "rank {} took more messages from {from} than its algorithm expects",
+            ctx.rank
+        );
         Ok(self.check_done())
+    }
+
+    /// The peers from which the running collective still needs messages,
+    /// by rank (empty while idle), each with whether it has entered the
+    /// collective as far as this rank can tell ([`Owed::not_entered`]).
+    pub fn owed(&self) -> Vec<Owed> {
+        self.owed_iter().collect()
+    }
+
+    fn owed_iter(&self) -> impl Iterator<Item = Owed> + '_ {
+        let alg = self.running();
+        (0..self.ctx.world)
+            .filter_map(move |rank| {
+                let alg = alg?;
+                Some(Owed {
+                    rank,
+                    received: self.received_from[rank],
+                    expected: alg.expected_from(&self.ctx, rank),
+                    on_entry: alg.sent_on_entry(&self.ctx, rank),
+                })
+            })
+            .filter(|o| o.received < o.expected)
     }
 
     fn running(&self) -> Option<&dyn Algorithm> {
@@ -455,6 +508,13 @@ impl Engine {
         if !self.running().is_some_and(|a| a.is_done()) {
             return Progress::Pending;
         }
+        // Without allocating: steady-state collectives allocate nothing.
+        debug_assert!(
+            self.owed_iter().next().is_none(),
+            "rank {} done while its algorithm expects more: {:?}",
+            self.ctx.rank,
+            self.owed()
+        );
         if let Some(a) = &self.active {
             self.completed_seq = a.seq.wrapping_add(1);
         }

@@ -86,8 +86,16 @@ pub enum Error {
         waited_ms: u64,
         seq: u32,
     },
-    #[error("collective {seq} made no progress for {waited_ms} ms: no message of it moved to or from any rank, though every rank is heard; a rank has not entered it (every rank must run the same collectives, and DriverConfig::timeout must exceed how late a healthy rank may enter one)")]
-    NoProgress { seq: u32, waited_ms: u64 },
+    #[error("collective {seq} made no progress for {waited_ms} ms: no message of it moved to or from any rank, though every rank is heard; {} (every rank must run the same collectives, and DriverConfig::timeout must exceed how late a healthy rank may enter one)", no_progress_culprits(.waiting_on, .not_entered))]
+    NoProgress {
+        seq: u32,
+        waited_ms: u64,
+        /// Ranks from which this rank still needs messages of it.
+        waiting_on: Vec<usize>,
+        /// Of those, the ones that have not entered it: they owe messages
+        /// that a rank sends as soon as it enters.
+        not_entered: Vec<usize>,
+    },
     #[error("shut down after waiting {waited_ms} ms for rank {rank} ({addr}) to finish: it has not finished its stream, so it may still need data from this rank, which completed {completed} collective(s) (a slower rank still at work, or one that runs more collectives)")]
     PeerUnfinished {
         rank: usize,
@@ -146,9 +154,22 @@ impl Error {
             | Error::PeerGone { rank, .. }
             | Error::PeerLost { rank, .. } => Some(*rank),
             Error::PeerLeft { rank, cause, .. } => Some(cause.unwrap_or(*rank)),
+            Error::NoProgress { not_entered, .. } if not_entered.len() == 1 => Some(not_entered[0]),
             Error::Failed(e) => e.peer_at_fault(),
             _ => None,
         }
+    }
+}
+
+fn no_progress_culprits(waiting_on: &[usize], not_entered: &[usize]) -> String {
+    match (waiting_on, not_entered) {
+        ([], _) => "a rank has not entered it".into(),
+        (_, []) => format!(
+            "this rank awaits messages of it from ranks {waiting_on:?}, none of which is known not to have entered it: they wait in turn on a rank that has not (the errors of the ranks it sends to first name it)"
+        ),
+        _ => format!(
+            "this rank awaits messages of it from ranks {waiting_on:?}, and ranks {not_entered:?} have not entered it (they sent none of what a rank sends on entering)"
+        ),
     }
 }
 

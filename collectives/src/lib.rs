@@ -199,7 +199,7 @@ pub mod sim;
 pub use algo::shard_range;
 pub use codec::{Codec, Isa, Rounding};
 pub use dtype::bf16;
-pub use engine::{Config, Engine};
+pub use engine::{Config, Engine, Owed};
 pub use error::{Error, Result};
 pub use message::AlgoId;
 

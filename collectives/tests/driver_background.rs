@@ -282,7 +282,24 @@ fn a_collective_a_live_rank_never_enters_fails_after_the_timeout() {
     });
     let (r, took) = out[0].as_ref().unwrap();
     match r {
-        Err(Error::NoProgress { seq: 0, waited_ms }) => assert!(*waited_ms >= 1000),
+        Err(
+            e @ Error::NoProgress {
+                seq: 0,
+                waited_ms,
+                waiting_on,
+                not_entered,
+            },
+        ) => {
+            assert!(*waited_ms >= 1000);
+            // It names the rank that has not entered, in the message too,
+            // and its goodbye blames that rank.
+            assert_eq!((&waiting_on[..], &not_entered[..]), (&[1][..], &[1][..]));
+            assert!(
+                e.to_string().contains("ranks [1] have not entered it"),
+                "{e}"
+            );
+            assert_eq!(e.peer_at_fault(), Some(1));
+        }
         other => panic!("expected no progress, got {other:?}"),
     }
     assert!(*took < Duration::from_millis(2500), "took {took:?}");

@@ -170,4 +170,21 @@ impl Algorithm for Broadcast {
     fn is_done(&self) -> bool {
         self.received == self.expected
     }
+
+    fn expected_from(&self, ctx: &Ctx, peer: usize) -> usize {
+        if ctx.rank == self.root || ctx.world == 1 || peer != self.parent(ctx).0 {
+            0
+        } else {
+            self.expected
+        }
+    }
+
+    fn sent_on_entry(&self, ctx: &Ctx, peer: usize) -> usize {
+        // Only the root sends before it hears from anyone.
+        if peer == self.root {
+            self.expected_from(ctx, peer)
+        } else {
+            0
+        }
+    }
 }

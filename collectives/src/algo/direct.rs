@@ -255,4 +255,34 @@ impl Algorithm for Direct {
     fn is_done(&self) -> bool {
         self.received == self.expected
     }
+
+    fn expected_from(&self, ctx: &Ctx, peer: usize) -> usize {
+        if peer == ctx.rank {
+            return 0;
+        }
+        // The peer's contribution to each of this rank's chunks, then its
+        // own shard's final chunks.
+        let contributions = if self.reduce { self.next.len() } else { 0 };
+        let finals = if self.gather {
+            num_chunks(&shard_range(self.count, ctx.world, peer), ctx.chunk_elems)
+        } else {
+            0
+        };
+        contributions + finals
+    }
+
+    fn sent_on_entry(&self, ctx: &Ctx, peer: usize) -> usize {
+        if peer == ctx.rank {
+            return 0;
+        }
+        // Contributions go out at once; finals only after their shard is
+        // reduced, unless there is nothing to reduce.
+        if self.reduce {
+            self.next.len()
+        } else if self.gather {
+            num_chunks(&shard_range(self.count, ctx.world, peer), ctx.chunk_elems)
+        } else {
+            0
+        }
+    }
 }

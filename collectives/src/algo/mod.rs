@@ -419,6 +419,16 @@ pub(crate) trait Algorithm {
         buf: &mut [f32],
     ) -> Result<()>;
     fn is_done(&self) -> bool;
+    /// How many messages of the running collective this rank takes from
+    /// `peer` in all (0 for a rank it hears nothing from). Summed over the
+    /// peers, it is what `is_done` waits for; a stalled collective names
+    /// the peers that still owe some.
+    fn expected_from(&self, ctx: &Ctx, peer: usize) -> usize;
+    /// How many of those the peer sends as soon as it enters the
+    /// collective, before it hears from anyone: a peer that has sent none
+    /// of them has not entered it (one that owes only later messages may
+    /// be waiting on another).
+    fn sent_on_entry(&self, ctx: &Ctx, peer: usize) -> usize;
 }
 
 /// Marks `(slot)` as seen, failing on a duplicate.

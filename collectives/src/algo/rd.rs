@@ -278,6 +278,40 @@ impl Algorithm for Rd {
     fn is_done(&self) -> bool {
         self.received == self.expected && self.pending.iter().all(Option::is_none)
     }
+
+    fn expected_from(&self, ctx: &Ctx, peer: usize) -> usize {
+        let l = Layout::new(ctx.world);
+        if ctx.world == 1 || peer == ctx.rank {
+            return 0;
+        }
+        if let Some(partner) = l.extra_partner(ctx.rank) {
+            return if peer == partner { self.chunks } else { 0 };
+        }
+        // Every chunk once from the folded rank and once per round from
+        // that round's partner.
+        let vid = l.vid(ctx.rank);
+        let from_extra = l.has_extra(ctx.rank) && peer == ctx.rank - 1;
+        let rounds = (0..l.rounds)
+            .filter(|&s| l.rank_of(vid ^ (1 << s)) == peer)
+            .count();
+        self.chunks * (rounds + usize::from(from_extra))
+    }
+
+    fn sent_on_entry(&self, ctx: &Ctx, peer: usize) -> usize {
+        let l = Layout::new(ctx.world);
+        if ctx.world == 1 || peer == ctx.rank || l.extra_partner(ctx.rank).is_some() {
+            return 0;
+        }
+        // A folded rank sends its data at once, and so does a round-0
+        // partner that has no folded rank to wait for.
+        let folded = l.has_extra(ctx.rank) && peer == ctx.rank - 1;
+        let partner = l.rank_of(l.vid(ctx.rank) ^ 1);
+        if folded || (peer == partner && !l.has_extra(partner)) {
+            self.chunks
+        } else {
+            0
+        }
+    }
 }
 
 /// Recursive-doubling all-gather: each round forwards every chunk message
@@ -313,7 +347,7 @@ impl RdGather {
             ctx.recycle(b);
         }
         self.sent_round = None;
-        let chunks_of = |p: usize| num_chunks(&shard_range(count, world, p), chunk_elems);
+        let chunks_of = shard_chunks(count, world, chunk_elems);
         self.max_chunks = chunks_of(0);
         self.seen.clear();
         self.seen.resize(world * self.max_chunks, false);
@@ -331,14 +365,7 @@ impl RdGather {
             self.expected = (0..world).filter(|&p| p != rank).map(chunks_of).sum();
             return;
         }
-        if l.has_extra(rank) {
-            self.expected_in[0] = chunks_of(rank - 1);
-        }
-        let vid = l.vid(rank);
-        for s in 0..l.rounds {
-            let g = l.group_ranks(vid ^ (1 << s), s);
-            self.expected_in[1 + s as usize] = g.map(chunks_of).sum();
-        }
+        gather_inputs(&l, rank, chunks_of, &mut self.expected_in);
         self.expected = self.expected_in.iter().sum();
     }
 
@@ -464,6 +491,87 @@ impl Algorithm for RdGather {
 
     fn is_done(&self) -> bool {
         self.received == self.expected
+    }
+
+    fn expected_from(&self, ctx: &Ctx, peer: usize) -> usize {
+        let l = Layout::new(ctx.world);
+        if ctx.world == 1 || peer == ctx.rank {
+            return 0;
+        }
+        if let Some(partner) = l.extra_partner(ctx.rank) {
+            return if peer == partner { self.expected } else { 0 };
+        }
+        let vid = l.vid(ctx.rank);
+        let from_extra = if l.has_extra(ctx.rank) && peer == ctx.rank - 1 {
+            self.expected_in[0]
+        } else {
+            0
+        };
+        let rounds: usize = (0..l.rounds)
+            .filter(|&s| l.rank_of(vid ^ (1 << s)) == peer)
+            .map(|s| self.expected_in[1 + s as usize])
+            .sum();
+        from_extra + rounds
+    }
+
+    fn sent_on_entry(&self, ctx: &Ctx, peer: usize) -> usize {
+        let l = Layout::new(ctx.world);
+        if ctx.world == 1 || peer == ctx.rank {
+            return 0;
+        }
+        let chunks_of =
+            |p: usize| num_chunks(&shard_range(self.count, ctx.world, p), ctx.chunk_elems);
+        // A folded rank sends its own chunks at once.
+        if l.has_extra(ctx.rank) && peer == ctx.rank - 1 {
+            return chunks_of(peer);
+        }
+        // A participant sends its own chunks (all it holds before it hears
+        // from anyone) in each round whose inputs, and all earlier ones,
+        // are empty (shards of no elements), and back to its folded rank
+        // after the last round if all are.
+        let vid = l.vid(peer);
+        let last = if l.extra_partner(ctx.rank) == Some(peer) {
+            l.rounds
+        } else {
+            match (0..l.rounds).find(|&s| l.rank_of(vid ^ (1 << s)) == ctx.rank) {
+                Some(s) => s,
+                None => return 0,
+            }
+        };
+        // On the stack: the engine checks this after every collective,
+        // whose steady state allocates nothing.
+        let mut inputs = [0; usize::BITS as usize + 2];
+        let inputs = &mut inputs[..l.rounds as usize + 2];
+        gather_inputs(&l, peer, chunks_of, inputs);
+        if inputs[..=last as usize].iter().all(|&n| n == 0) {
+            chunks_of(peer)
+        } else {
+            0
+        }
+    }
+}
+
+/// How many chunks rank `p`'s shard has.
+fn shard_chunks(count: usize, world: usize, chunk_elems: usize) -> impl Fn(usize) -> usize + Copy {
+    move |p| num_chunks(&shard_range(count, world, p), chunk_elems)
+}
+
+/// What participant `rank` of an all-gather takes in before each of its
+/// sends: `inputs[0]` from its folded rank, `inputs[1 + s]` in round `s`
+/// (`inputs` is zeroed first; it has `rounds + 2` entries).
+fn gather_inputs(
+    l: &Layout,
+    rank: usize,
+    chunks_of: impl Fn(usize) -> usize,
+    inputs: &mut [usize],
+) {
+    inputs.fill(0);
+    if l.has_extra(rank) {
+        inputs[0] = chunks_of(rank - 1);
+    }
+    let vid = l.vid(rank);
+    for s in 0..l.rounds {
+        inputs[1 + s as usize] = l.group_ranks(vid ^ (1 << s), s).map(&chunks_of).sum();
     }
 }
 

@@ -24,6 +24,7 @@ pub(crate) struct Ring {
     gather: bool,
     max_chunks: usize,
     seen: Vec<bool>,
+    left: usize,
     expected: usize,
     received: usize,
 }
@@ -49,6 +50,7 @@ impl Ring {
         self.received = 0;
         let chunks_of = |b: usize| num_chunks(&shard_range(count, world, b), chunk_elems);
         let left = (rank + world - 1) % world;
+        self.left = left;
         self.expected = 0;
         if world > 1 {
             if reduce {
@@ -201,5 +203,29 @@ impl Algorithm for Ring {
 
     fn is_done(&self) -> bool {
         self.received == self.expected
+    }
+
+    fn expected_from(&self, ctx: &Ctx, peer: usize) -> usize {
+        if peer == self.left && peer != ctx.rank {
+            self.expected
+        } else {
+            0
+        }
+    }
+    fn sent_on_entry(&self, ctx: &Ctx, peer: usize) -> usize {
+        if peer != self.left || peer == ctx.rank {
+            return 0;
+        }
+        // The left neighbour starts with its first reduce-scatter block,
+        // or with its own block when there is no reduce-scatter phase.
+        let n = ctx.world;
+        let first = if self.reduce {
+            Self::block(peer, n, 1)
+        } else if self.gather {
+            peer
+        } else {
+            return 0;
+        };
+        num_chunks(&shard_range(self.count, n, first), ctx.chunk_elems)
     }
 }

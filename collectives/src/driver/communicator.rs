@@ -714,9 +714,16 @@ impl<B: Backend> Communicator<B> {
         // rank whose progress thread runs has not entered it.
         let idle = self.mesh.without_progress(now);
         if idle >= timeout {
+            let owed = self.engine.owed();
             return Err(Error::NoProgress {
                 seq,
                 waited_ms: idle.as_millis() as u64,
+                waiting_on: owed.iter().map(|o| o.rank).collect(),
+                not_entered: owed
+                    .iter()
+                    .filter(|o| o.not_entered())
+                    .map(|o| o.rank)
+                    .collect(),
             });
         }
         Ok(())
