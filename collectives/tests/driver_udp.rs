@@ -579,6 +579,133 @@ fn silent_strangers_that_connect_first_do_not_keep_a_rank_out() {
     assert!(r1.is_ok(), "rank 1: {r1:?}");
 }
 
+/// A stranger held open from the test's thread: its own socket and
+/// client endpoint, driven by `drive`.
+struct HeldStranger {
+    io: KernelUdp,
+    ep: Endpoint<<KernelUdp as PacketIo>::Buf>,
+    conn: stack::quic::ConnHandle,
+    tx: Vec<<KernelUdp as PacketIo>::Buf>,
+    end: Option<CloseReason>,
+}
+
+impl HeldStranger {
+    fn connect(target: std::net::SocketAddrV4) -> HeldStranger {
+        let local = "127.0.0.1:0".parse().unwrap();
+        let io = KernelUdp::bind(local, KernelUdpConfig::default()).unwrap();
+        let cfg = QuicConfig {
+            alpn: vec![COLL_ALPN.to_vec()],
+            ..QuicConfig::default()
+        };
+        let mut ep = Endpoint::client(cfg, 0, io.max_payload()).unwrap();
+        let conn = ep.connect(io.local_addr(), target, None).unwrap();
+        HeldStranger {
+            io,
+            ep,
+            conn,
+            tx: Vec::new(),
+            end: None,
+        }
+    }
+
+    fn drive(&mut self) {
+        self.ep.drive(&mut self.io, &mut self.tx);
+        while let Some(e) = self.ep.poll_event() {
+            if let Event::Closed { reason, .. } = e {
+                self.end.get_or_insert(reason);
+            }
+        }
+    }
+
+    fn refused_as_one_too_many(&self) -> bool {
+        matches!(&self.end, Some(CloseReason::Peer { app: true, code: 1, reason })
+            if String::from_utf8_lossy(reason).contains("too many connections"))
+    }
+}
+
+/// Drives `strangers` for `d`, or until `until` holds.
+fn drive_for(
+    strangers: &mut [&mut HeldStranger],
+    d: Duration,
+    until: impl Fn(&[&mut HeldStranger]) -> bool,
+) {
+    let t = Instant::now();
+    while t.elapsed() < d && !until(strangers) {
+        for s in strangers.iter_mut() {
+            s.drive();
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// Past the cap on connections that said no hello, the one that came
+/// first goes, by arrival: also when a newer one took the place of a
+/// stranger that closed (the link table reuses it, so the newer one sits
+/// before the older in it).
+#[test]
+fn past_the_cap_the_oldest_stranger_goes_even_behind_a_newer_one_in_a_reused_place() {
+    let peers = common::loopback_addrs(2);
+    let rank = |r: usize| {
+        let peers = peers.clone();
+        std::thread::spawn(move || {
+            let mut c = Communicator::new(r, 2, peers, DriverConfig::default())?;
+            let mut buf = vec![1.0f32; 1000];
+            c.all_reduce(&mut buf, ReduceOp::Sum)?;
+            assert_eq!(buf, vec![2.0; 1000]);
+            c.shutdown()
+        })
+    };
+    // Rank 1 accepts; the cap is 2 ranks x 1 connection.
+    let rank1 = rank(1);
+    let established = |s: &[&mut HeldStranger]| s.iter().all(|s| s.ep.is_established(s.conn));
+    let mut first = HeldStranger::connect(peers[1]);
+    let mut older = HeldStranger::connect(peers[1]);
+    drive_for(
+        &mut [&mut first, &mut older],
+        Duration::from_secs(10),
+        established,
+    );
+    // The first leaves; its place at rank 1 is free once rank 1 has seen
+    // the close (after its draining period).
+    first.ep.close(first.conn, 0, b"bye").unwrap();
+    drive_for(
+        &mut [&mut first, &mut older],
+        Duration::from_secs(2),
+        |_| false,
+    );
+    let mut newer = HeldStranger::connect(peers[1]);
+    drive_for(
+        &mut [&mut newer, &mut older],
+        Duration::from_secs(10),
+        established,
+    );
+    drive_for(
+        &mut [&mut newer, &mut older],
+        Duration::from_millis(100),
+        |_| false,
+    );
+    // Rank 0 comes in past the cap: the older stranger must go.
+    let rank0 = rank(0);
+    // Each learns how it ended once its draining period is over (3 PTOs,
+    // its own): the older one's refusal may surface after the newer one's
+    // close at the ranks' shutdown.
+    drive_for(
+        &mut [&mut newer, &mut older],
+        Duration::from_secs(10),
+        |s| s.iter().all(|s| s.end.is_some()),
+    );
+    let (r0, r1) = (rank0.join().unwrap(), rank1.join().unwrap());
+    assert!(r0.is_ok(), "rank 0: {r0:?}");
+    assert!(r1.is_ok(), "rank 1: {r1:?}");
+    assert!(
+        older.refused_as_one_too_many(),
+        "older: {:?}, newer: {:?}",
+        older.end,
+        newer.end
+    );
+    assert!(!newer.refused_as_one_too_many(), "newer: {:?}", newer.end);
+}
+
 #[test]
 fn a_peer_that_leaves_mid_collective_is_named_with_its_goodbye() {
     // Rank 1 drops its communicator in the middle of a large all-reduce:
