@@ -146,6 +146,27 @@ fn bf16_buckets_are_reduced_in_f32_and_rounded_once() {
     }
 }
 
+/// Ranks on one host share its address, and every rank dials at once: a
+/// rank accepts more handshakes from that one address than QUIC's
+/// per-address limit (16) would let in, and none of them may be turned
+/// away (each one dropped costs its dialler a probe timeout, a second or
+/// more).
+#[test]
+fn many_connections_from_one_address_are_all_let_in_at_once() {
+    let cfg = DriverConfig {
+        conns_per_peer: 40,
+        ..DriverConfig::default()
+    };
+    let out = on_ranks(2, cfg, move |mut c| {
+        let mut buf = vec![1.0f32; 4096];
+        c.all_reduce(&mut buf, ReduceOp::Sum).unwrap();
+        assert_eq!(buf, vec![2.0; 4096]);
+        c.counters().handshakes_dropped
+    });
+    // Rank 1 took 40 handshakes from 127.0.0.1, most of them at once.
+    assert_eq!(out, vec![0, 0]);
+}
+
 #[test]
 fn striped_over_four_connections_per_peer() {
     let cfg = DriverConfig {

@@ -13,7 +13,7 @@ use stack::io::PacketIo;
 use stack::quic::perf::{
     request, ClientStream, PerfServer, MODE_DISCARD, MODE_ECHO, MODE_SOURCE, PERF_ALPN,
 };
-use stack::quic::{CloseReason, ConnHandle, Endpoint, Event, QuicConfig, Trust};
+use stack::quic::{CloseReason, ConnHandle, Endpoint, Event, QuicConfig, Trust, HANDSHAKE_GRACE};
 
 const SERVER_IP: Ipv4Addr = Ipv4Addr::new(10, 9, 0, 1);
 const CLIENT_IP: Ipv4Addr = Ipv4Addr::new(10, 9, 0, 2);
@@ -798,6 +798,110 @@ fn a_handshake_timeout_of_zero_or_max_never_expires_and_never_panics() {
         }
         assert_eq!(server.ep.handshakes_in_progress(), 1, "{t:?}");
     }
+}
+
+/// A datagram from `peer`.
+fn from_addr(payload: &[u8], peer: SocketAddrV4) -> MemDatagram {
+    use stack::io::Datagram;
+    let mut d = spoofed(payload, 0);
+    d.set_peer(peer);
+    d
+}
+
+/// One host (whose address a Retry would prove) cannot take every
+/// handshake slot: past `max_handshakes_per_ip` its Initials are dropped,
+/// and other hosts still get in.
+#[test]
+fn one_address_holds_at_most_max_handshakes_per_ip() {
+    let mut server = lone_server("perip", |c| QuicConfig {
+        retry: false,
+        max_handshakes: 64,
+        max_handshakes_per_ip: 16,
+        ..c
+    });
+    let one_host = Ipv4Addr::new(10, 99, 1, 1);
+    let mut tx = Vec::new();
+    for port in 0..40u16 {
+        let d = from_addr(
+            &initial_packet(port as u8),
+            SocketAddrV4::new(one_host, 2000 + port),
+        );
+        server.ep.recv(d, &mut server.io, &mut tx);
+    }
+    let st = server.ep.stats();
+    assert_eq!(
+        (st.accepted, st.handshake_limited_per_ip),
+        (16, 24),
+        "{st:?}"
+    );
+    assert_eq!(server.ep.handshakes_in_progress(), 16);
+    for k in 0..5u8 {
+        let other = SocketAddrV4::new(Ipv4Addr::new(10, 99, 2, k), 2000);
+        server.ep.recv(
+            from_addr(&initial_packet(100 + k), other),
+            &mut server.io,
+            &mut tx,
+        );
+    }
+    let st = server.ep.stats();
+    assert_eq!((st.accepted, st.handshake_limited), (21, 0), "{st:?}");
+}
+
+/// Handshakes that never go on (spoofed, or an attacker's that hold their
+/// slots) once filled `max_handshakes` until each timed out (a minute
+/// without an idle timeout), and every other client was turned away
+/// meanwhile. Now the oldest makes room once it has been in progress for
+/// `HANDSHAKE_GRACE`, and is reported closed as evicted.
+#[test]
+fn when_every_handshake_slot_is_held_the_oldest_makes_room_after_the_grace() {
+    let dir = cluster("evict");
+    let server = QuicConfig {
+        retry: false,
+        max_handshakes: 4,
+        ..node_config(&dir, "server")
+    };
+    let mut p = Pair::new(server, node_config(&dir, "client"), ImpairConfig::default());
+    let start = Instant::now();
+    let mut tx = Vec::new();
+    for i in 0..4u32 {
+        let d = spoofed(&initial_packet(i as u8), i);
+        p.server.ep.recv(d, &mut p.server.io, &mut tx);
+    }
+    assert_eq!(p.server.ep.handshakes_in_progress(), 4);
+    // A newcomer now is turned away: none has had its grace.
+    let early = spoofed(&initial_packet(9), 9);
+    p.server.ep.recv(early, &mut p.server.io, &mut tx);
+    assert_eq!(p.server.ep.stats().handshake_limited, 1);
+    // The real client's Initials are dropped until then; a later one gets in.
+    assert!(
+        p.established(Duration::from_secs(10)),
+        "the client never got in"
+    );
+    assert!(start.elapsed() >= HANDSHAKE_GRACE, "{:?}", start.elapsed());
+    let st = p.server.ep.stats();
+    assert_eq!(st.handshakes_evicted, 1, "{st:?}");
+    assert!(st.handshake_limited >= 2, "{st:?}");
+    // The evicted one is reported (the first spoofed one: the oldest).
+    let mut lone = lone_server("evict-event", |c| QuicConfig {
+        retry: false,
+        max_handshakes: 1,
+        ..c
+    });
+    let first = spoofed(&initial_packet(1), 1);
+    lone.ep.recv(first, &mut lone.io, &mut tx);
+    std::thread::sleep(HANDSHAKE_GRACE);
+    lone.ep
+        .recv(spoofed(&initial_packet(2), 2), &mut lone.io, &mut tx);
+    let closed: Vec<_> = std::iter::from_fn(|| lone.ep.poll_event())
+        .filter_map(|e| match e {
+            Event::Closed { peer, reason, .. } => Some((peer, reason)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(closed.len(), 1, "{closed:?}");
+    assert_eq!(closed[0].0.ip(), &Ipv4Addr::from(0x0a63_0001u32));
+    assert_eq!(closed[0].1, CloseReason::HandshakeEvicted);
+    assert_eq!(lone.ep.handshakes_in_progress(), 1);
 }
 
 /// `max_handshakes` bounds the handshakes others start with us; our own

@@ -35,6 +35,9 @@ pub struct DriverCounters {
     pub send_blocked: u64,
     /// Accepted connections refused before they said which rank they are.
     pub connections_refused: u64,
+    /// Handshakes QUIC turned away for lack of room (see
+    /// `MeshCounters::handshakes_dropped`).
+    pub handshakes_dropped: u64,
     /// Times the caller got control back with a finished collective (one
     /// per collective: a blocking call's return, or `wait`).
     pub wakeups: u64,
@@ -105,6 +108,7 @@ impl DriverCounters {
         self.frames_received += o.frames_received;
         self.send_blocked += o.send_blocked;
         self.connections_refused += o.connections_refused;
+        self.handshakes_dropped += o.handshakes_dropped;
         self.wakeups += o.wakeups;
         self.idle_waits += o.idle_waits;
         let e = &mut self.engine;
@@ -340,6 +344,7 @@ impl<B: Backend> Communicator<B> {
             frames_received: m.frames_received,
             send_blocked: m.send_blocked,
             connections_refused: m.connections_refused,
+            handshakes_dropped: m.handshakes_dropped,
             wakeups: self.wakeups,
             idle_waits: self.idle_waits,
             engine: self.engine.counters(),

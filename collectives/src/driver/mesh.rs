@@ -146,6 +146,10 @@ pub struct MeshCounters {
     /// Accepted connections closed before they said which rank they are
     /// (strangers: a bad hello, junk, a reset, silence).
     pub connections_refused: u64,
+    /// Initials QUIC dropped because too many handshakes were in progress
+    /// (in all, or from their address): the dialler retries after its
+    /// probe timeout, a second or more later.
+    pub handshakes_dropped: u64,
 }
 
 pub struct Mesh<B: Backend> {
@@ -223,6 +227,10 @@ impl<B: Backend> Mesh<B> {
             // collectives only); QUIC's idle timer would close healthy
             // connections while the trainer computes between collectives.
             idle_timeout: Duration::ZERO,
+            // Every rank may dial at once, all from one address (ranks
+            // on one host share it): room for all of their handshakes.
+            max_handshakes: quic.max_handshakes.max(world * cfg.conns_per_peer),
+            max_handshakes_per_ip: quic.max_handshakes_per_ip.max(world * cfg.conns_per_peer),
             ..quic
         };
         let names_verified = matches!(quic.trust, Trust::ClusterCa(_));
@@ -413,7 +421,11 @@ impl<B: Backend> Mesh<B> {
     }
 
     pub fn counters(&self) -> MeshCounters {
-        self.counters
+        let q = self.ep.stats();
+        MeshCounters {
+            handshakes_dropped: q.handshake_limited + q.handshake_limited_per_ip,
+            ..self.counters
+        }
     }
 
     pub fn last_heard(&self, rank: usize) -> Instant {

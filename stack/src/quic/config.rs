@@ -78,8 +78,15 @@ pub struct QuicConfig {
     /// Servers: answer a first Initial with a Retry to prove the client's
     /// address before keeping any state for it.
     pub retry: bool,
-    /// Servers: handshakes in progress at most; Initials beyond are dropped.
+    /// Servers: handshakes in progress at most. When they are all taken,
+    /// the oldest is dropped for a newcomer once it has been in progress
+    /// for a second (an honest one takes a few round trips), else the
+    /// newcomer's Initial is dropped.
     pub max_handshakes: usize,
+    /// Servers: handshakes in progress from one IP address at most, so
+    /// that one host (whose address a Retry proves) cannot take every
+    /// slot; Initials beyond are dropped. Clients behind one NAT share it.
+    pub max_handshakes_per_ip: usize,
     /// Servers: an accepted connection not established this long after
     /// its first Initial is dropped, whatever the idle timeout (which may
     /// be off), so a client that went away, or a spoofed one, cannot hold
@@ -111,6 +118,7 @@ impl Default for QuicConfig {
             pacing: false,
             retry: true,
             max_handshakes: 256,
+            max_handshakes_per_ip: 16,
             handshake_timeout: super::token::TOKEN_LIFETIME,
             max_connections: 16 * 1024,
         }

@@ -8,7 +8,7 @@
 //! loop; application work goes between calls.
 
 use std::collections::{HashMap, VecDeque};
-use std::net::{SocketAddr, SocketAddrV4};
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::time::{Duration, Instant};
 
 use quiche::ConnectionId;
@@ -65,6 +65,10 @@ pub enum CloseReason {
     /// An accepted connection not established within
     /// `QuicConfig::handshake_timeout`: dropped, no close sent.
     HandshakeTimeout,
+    /// An accepted connection dropped while still handshaking, after
+    /// `HANDSHAKE_GRACE`, to make room for a newcomer when
+    /// `QuicConfig::max_handshakes` were taken; no close sent.
+    HandshakeEvicted,
     /// Closed here: no progress for the idle timeout (counted from the
     /// first probe timeout; what we sent was lost, hardly any of it
     /// acknowledged), though the peer may still be heard. See `stall`.
@@ -146,6 +150,10 @@ impl std::fmt::Display for CloseReason {
             CloseReason::HandshakeTimeout => {
                 f.write_str("handshake not done within the handshake timeout")
             }
+            CloseReason::HandshakeEvicted => f.write_str(
+                "handshake dropped for a newer one: every handshake slot was taken \
+                 (max_handshakes) and this one had been in progress longest",
+            ),
             CloseReason::Stalled { for_ms } => write!(
                 f,
                 "no progress for {for_ms} ms: what was sent was lost, not acknowledged (a path \
@@ -187,6 +195,11 @@ pub struct EndpointStats {
     pub bad_tokens: u64,
     /// Initials dropped because too many handshakes were in progress.
     pub handshake_limited: u64,
+    /// Initials dropped because too many handshakes from their IP address
+    /// were in progress (`QuicConfig::max_handshakes_per_ip`).
+    pub handshake_limited_per_ip: u64,
+    /// Handshakes dropped for a newcomer (`CloseReason::HandshakeEvicted`).
+    pub handshakes_evicted: u64,
     /// Initials for a new connection in datagrams under 1200 bytes,
     /// dropped (RFC 9000 section 14.1).
     pub short_initials: u64,
@@ -255,6 +268,9 @@ struct Conn {
     /// An accepted connection not established by then is dropped
     /// (`QuicConfig::handshake_timeout`); `None` for our own dials.
     handshake_deadline: Option<Instant>,
+    /// While an accepted connection handshakes: the IP address it came
+    /// from and when (what `max_handshakes_per_ip` and eviction count).
+    handshaking: Option<(Ipv4Addr, Instant)>,
 }
 
 /// A connection closed by the application normally sends its close in the
@@ -266,6 +282,11 @@ struct Conn {
 /// handshakes; cloudflare/quiche issue 1433). Past this many datagrams
 /// without draining, the endpoint drops the connection; the peer times out.
 const CLOSE_DATAGRAMS: u8 = 8;
+
+/// How long an accepted handshake is safe from eviction when every slot
+/// is taken: an honest one is done in a few round trips, so one in
+/// progress this long is stalled or an attacker's holding its slot.
+pub const HANDSHAKE_GRACE: Duration = Duration::from_secs(1);
 
 /// The smallest datagram a client's first Initial may come in.
 const MIN_INITIAL_DATAGRAM: usize = 1200;
@@ -286,8 +307,10 @@ pub struct Endpoint<B: Datagram> {
     cursor: usize,
     next_handle: u64,
     /// Accepted connections not yet established: what `max_handshakes`
-    /// limits (our own dials are the caller's to bound).
+    /// limits (our own dials are the caller's to bound), and how many of
+    /// them come from each IP address.
     handshakes: usize,
+    handshakes_by_ip: HashMap<Ipv4Addr, usize, ahash::RandomState>,
     events: VecDeque<Event>,
     tokens: TokenKey,
     paced: DelayQueue<B>,
@@ -337,6 +360,7 @@ impl<B: Datagram> Endpoint<B> {
             cursor: 0,
             next_handle: 0,
             handshakes: 0,
+            handshakes_by_ip: HashMap::default(),
             events: VecDeque::new(),
             tokens: TokenKey::default(),
             paced: DelayQueue::new(),
@@ -491,10 +515,14 @@ impl<B: Datagram> Endpoint<B> {
                 handshake_deadline: Some(self.config.handshake_timeout)
                     .filter(|t| server && !t.is_zero())
                     .and_then(|t| now.checked_add(t)),
+                handshaking: server.then_some((*peer.ip(), now)),
             },
         );
         self.order.push(h);
-        self.handshakes += usize::from(server);
+        if server {
+            self.handshakes += 1;
+            *self.handshakes_by_ip.entry(*peer.ip()).or_default() += 1;
+        }
         ConnHandle(h)
     }
 
@@ -574,8 +602,13 @@ impl<B: Datagram> Endpoint<B> {
             });
             return None;
         }
-        if self.handshakes >= self.config.max_handshakes
-            || self.conns.len() >= self.config.max_connections
+        let from_ip = self.handshakes_by_ip.get(peer.ip()).copied();
+        if from_ip.unwrap_or(0) >= self.config.max_handshakes_per_ip {
+            self.stats.handshake_limited_per_ip += 1;
+            return None;
+        }
+        if self.conns.len() >= self.config.max_connections
+            || (self.handshakes >= self.config.max_handshakes && !self.evict_stale_handshake())
         {
             self.stats.handshake_limited += 1;
             return None;
@@ -669,7 +702,7 @@ impl<B: Datagram> Endpoint<B> {
         };
         if !c.established && c.q.is_established() {
             c.established = true;
-            self.handshakes -= usize::from(c.server);
+            end_handshake(c, &mut self.handshakes, &mut self.handshakes_by_ip);
             if c.server && require_cert && c.q.peer_cert().is_none() {
                 warn!(peer = %c.peer, "refusing peer: it presented no certificate from the cluster CA");
                 c.refused = Some("no client certificate");
@@ -697,18 +730,19 @@ impl<B: Datagram> Endpoint<B> {
     }
 
     fn reap(&mut self, h: u64) {
-        let Some(c) = self.conns.remove(&h) else {
+        let Some(mut c) = self.conns.remove(&h) else {
             return;
         };
         for cid in &c.cids {
             self.by_cid.remove(cid);
         }
         self.order.retain(|&x| x != h);
-        if !c.established {
-            self.handshakes -= usize::from(c.server);
-        }
+        let evicted = c.handshaking.is_some() && c.refused == Some(EVICTED);
+        end_handshake(&mut c, &mut self.handshakes, &mut self.handshakes_by_ip);
         let handshake_expired = c.handshake_deadline.is_some_and(|t| t <= Instant::now());
-        let reason = if let Some(why) = c.refused {
+        let reason = if evicted {
+            CloseReason::HandshakeEvicted
+        } else if let Some(why) = c.refused {
             CloseReason::Refused(why)
         } else if let Some(d) = c.stalled_for {
             CloseReason::Stalled {
@@ -748,6 +782,27 @@ impl<B: Datagram> Endpoint<B> {
             established: c.established,
             reason,
         });
+    }
+
+    /// Drops the accepted handshake in progress longest, if that is
+    /// `HANDSHAKE_GRACE` or more, to make room; returns whether it did.
+    fn evict_stale_handshake(&mut self) -> bool {
+        let now = Instant::now();
+        // `order` is by age.
+        let stale = self.order.iter().copied().find(|h| {
+            self.conns[h]
+                .handshaking
+                .is_some_and(|(_, since)| now.saturating_duration_since(since) >= HANDSHAKE_GRACE)
+        });
+        let Some(h) = stale else {
+            return false;
+        };
+        if let Some(c) = self.conns.get_mut(&h) {
+            c.refused = Some(EVICTED);
+        }
+        self.stats.handshakes_evicted += 1;
+        self.reap(h);
+        true
     }
 
     /// Fire the connections' loss-recovery and idle timers that are due,
@@ -1166,6 +1221,28 @@ fn end_if_stalled(h: u64, c: &mut Conn, now: Instant) -> bool {
     // NO_ERROR: the transport's codes name protocol faults, not this.
     let _ = c.q.close(false, 0x0, b"stalled: no progress");
     true
+}
+
+/// `Conn::refused` of a handshake dropped for a newcomer.
+const EVICTED: &str = "evicted";
+
+/// Ends connection `c`'s accepted handshake, if it has one in progress,
+/// in the counts that limit them.
+fn end_handshake(
+    c: &mut Conn,
+    handshakes: &mut usize,
+    by_ip: &mut HashMap<Ipv4Addr, usize, ahash::RandomState>,
+) {
+    let Some((ip, _)) = c.handshaking.take() else {
+        return;
+    };
+    *handshakes -= 1;
+    if let Some(n) = by_ip.get_mut(&ip) {
+        *n -= 1;
+        if *n == 0 {
+            by_ip.remove(&ip);
+        }
+    }
 }
 
 /// When an accepted connection that is still handshaking is dropped:

@@ -18,7 +18,9 @@ pub mod stall;
 pub mod token;
 
 pub use config::{QuicConfig, Trust, ALPN};
-pub use endpoint::{CloseReason, ConnHandle, ConnStats, Endpoint, EndpointStats, Event};
+pub use endpoint::{
+    CloseReason, ConnHandle, ConnStats, Endpoint, EndpointStats, Event, HANDSHAKE_GRACE,
+};
 pub use shared_buf::{SharedBuf, SharedBufFactory};
 
 use std::path::PathBuf;

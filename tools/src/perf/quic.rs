@@ -65,6 +65,8 @@ fn quic_config(args: &PerfArgs, node: &str) -> Result<(QuicConfig, Option<TempDi
         }
     };
     cfg.alpn = vec![PERF_ALPN.to_vec()];
+    // One client host may open all of `--conns` at once.
+    cfg.max_handshakes_per_ip = cfg.max_handshakes;
     cfg.congestion_control = args.cc.clone();
     cfg.pacing = args.pacing;
     crate::eline!(
