@@ -531,6 +531,34 @@ fn a_stranger_that_connects_and_sends_junk_is_refused_and_the_job_goes_on() {
     }
 }
 
+/// What a peer may open on a rank's connection: the one stream of a
+/// link, no other stream and no DATAGRAM frames (nothing would read them;
+/// a stranger could park up to the connection window in each).
+#[test]
+fn a_peer_may_open_one_stream_and_no_datagrams_on_a_ranks_connection() {
+    let peers = common::loopback_addrs(2);
+    let rank1 = {
+        let peers = peers.clone();
+        std::thread::spawn(move || {
+            let cfg = DriverConfig {
+                connect_timeout: Duration::from_secs(1),
+                ..DriverConfig::default()
+            };
+            // Rank 0 never comes: it fails to connect, as it should.
+            Communicator::new(1, 2, peers, cfg).map(|_| ())
+        })
+    };
+    let mut s = HeldStranger::connect(peers[1]);
+    drive_for(&mut [&mut s], Duration::from_secs(10), |s| {
+        s[0].ep.is_established(s[0].conn)
+    });
+    let q = s.ep.connection_mut(s.conn).unwrap();
+    assert_eq!(q.peer_streams_left_bidi(), 1);
+    assert_eq!(q.peer_streams_left_uni(), 0);
+    assert_eq!(q.dgram_max_writable_len(), None);
+    assert!(rank1.join().unwrap().is_err());
+}
+
 /// Strangers that finish the handshake and then say nothing cannot keep a
 /// rank out: past `world x conns_per_peer` unidentified connections the
 /// oldest is closed, not the newest (which may be the rank); and the

@@ -227,6 +227,13 @@ impl<B: Backend> Mesh<B> {
             // collectives only); QUIC's idle timer would close healthy
             // connections while the trainer computes between collectives.
             idle_timeout: Duration::ZERO,
+            // A link is one bidirectional stream, opened by the dialler,
+            // and no DATAGRAM frames: a peer may open nothing else, which
+            // nobody would read (a stranger's streams and datagrams sat in
+            // QUIC's buffers, up to the connection window, 64 MiB).
+            max_streams_bidi: 1,
+            max_streams_uni: 0,
+            datagram_queue: None,
             // Every rank may dial at once, all from one address (ranks
             // on one host share it): room for all of their handshakes.
             max_handshakes: quic.max_handshakes.max(world * cfg.conns_per_peer),
