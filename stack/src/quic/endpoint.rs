@@ -15,7 +15,7 @@ use quiche::ConnectionId;
 use rand::SeedableRng;
 use tracing::{debug, info, warn};
 
-use super::cid::{new_cid, CID_LEN};
+use super::cid::{new_cid, owner_lcore, CID_LEN};
 use super::config::{QuicConfig, Trust};
 use super::shared_buf::{SharedBuf, SharedBufFactory};
 use super::stall::{self, Delivery, StallWatch};
@@ -614,21 +614,36 @@ impl<B: Datagram> Endpoint<B> {
             return None;
         }
         let (scid, odcid, also_route) = if self.config.retry {
-            if init.token.is_empty() {
-                let new_scid = new_cid(self.lcore, &mut self.rng);
-                let token = self.tokens.mint(peer, &dcid, &new_scid);
-                self.stats.retries_sent += 1;
-                self.reply(io, tx, peer, local.port(), |out| {
-                    quiche::retry(&init.scid, &dcid, &new_scid, &token, init.version, out)
-                });
-                return None;
+            let validated = match self.tokens.validate(peer, &dcid, &init.token) {
+                Some(odcid) if dcid.len() == CID_LEN => Some(odcid),
+                _ => None,
+            };
+            if !init.token.is_empty() && validated.is_none() {
+                self.stats.bad_tokens += 1;
             }
-            match self.tokens.validate(peer, &dcid, &init.token) {
-                Some(odcid) if dcid.len() == CID_LEN => (dcid, Some(odcid), None),
-                _ => {
-                    self.stats.bad_tokens += 1;
+            match validated {
+                Some(odcid) => (dcid, Some(odcid), None),
+                // No token, or one to an ID we did not give (a token from
+                // elsewhere: another server's NEW_TOKEN, one from before a
+                // restart, whose key is gone): not an answer to a Retry of
+                // ours, so it gets one (RFC 9000 8.1.3), as a client
+                // dropped for ever would wait out its handshake timeout.
+                None if init.token.is_empty() || owner_lcore(&dcid).is_none() => {
+                    let new_scid = new_cid(self.lcore, &mut self.rng);
+                    let token = self.tokens.mint(peer, &dcid, &new_scid);
+                    self.stats.retries_sent += 1;
+                    self.reply(io, tx, peer, local.port(), |out| {
+                        quiche::retry(&init.scid, &dcid, &new_scid, &token, init.version, out)
+                    });
                     return None;
                 }
+                // An answer to our Retry whose token fails (forged, expired,
+                // or from another address: a NAT that rebound the client
+                // since): dropped. RFC 9000 8.1.2's INVALID_TOKEN close
+                // would take decrypting the Initial, the work Retry spares
+                // us for addresses not validated (anyone can send an
+                // Initial to an ID of our shape, from any address).
+                None => return None,
             }
         } else {
             // Until the client hears from us it resends its Initial to the

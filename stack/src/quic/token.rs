@@ -3,7 +3,7 @@
 //! that address can echo back, before it keeps any state for the client.
 //! Spoofed floods of Initials therefore cost one small stateless reply each.
 //!
-//! Token: issued-at (u64 seconds, BE) | odcid length (u8) | odcid | tag
+//! Token: issued-at (u64 seconds since the key was made, BE) | odcid length (u8) | odcid | tag
 //! (u64, BE), the tag a SipHash keyed per endpoint (random at start) over
 //! the peer address, issue time, odcid and the connection ID the Retry
 //! gave the client. That ID is the destination of the client's next
@@ -13,7 +13,7 @@
 
 use std::hash::{BuildHasher, Hasher};
 use std::net::SocketAddrV4;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use quiche::ConnectionId;
 
@@ -26,26 +26,29 @@ use quiche::ConnectionId;
 /// about 15 s); at 60 s only a client that lost every copy is.
 pub const TOKEN_LIFETIME: Duration = Duration::from_secs(60);
 
+/// The key tokens are signed with, and the clock their age is read on:
+/// the monotonic clock from the key's making (a token dies with its key,
+/// so wall-clock time is not needed, and a wall clock stepped back made
+/// every token just issued look issued in the future, refused).
 pub struct TokenKey {
     key: std::collections::hash_map::RandomState,
+    epoch: Instant,
 }
 
 impl Default for TokenKey {
     fn default() -> Self {
         TokenKey {
             key: std::collections::hash_map::RandomState::new(),
+            epoch: Instant::now(),
         }
     }
 }
 
-fn unix_secs() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
-}
-
 impl TokenKey {
+    fn now_secs(&self) -> u64 {
+        self.epoch.elapsed().as_secs()
+    }
+
     fn tag(&self, peer: SocketAddrV4, issued: u64, odcid: &[u8], retry_scid: &[u8]) -> u64 {
         let mut h = self.key.build_hasher();
         h.write(&peer.ip().octets());
@@ -61,7 +64,7 @@ impl TokenKey {
     /// A token for `peer`, carrying the client's original destination ID,
     /// for the connection ID `retry_scid` that the Retry gives it.
     pub fn mint(&self, peer: SocketAddrV4, odcid: &[u8], retry_scid: &[u8]) -> Vec<u8> {
-        self.mint_at(peer, odcid, retry_scid, unix_secs())
+        self.mint_at(peer, odcid, retry_scid, self.now_secs())
     }
 
     fn mint_at(&self, peer: SocketAddrV4, odcid: &[u8], retry_scid: &[u8], issued: u64) -> Vec<u8> {
@@ -87,7 +90,7 @@ impl TokenKey {
         let len = *token.get(8)? as usize;
         let odcid = token.get(9..9 + len)?;
         let tag = u64::from_be_bytes(token.get(9 + len..)?.try_into().ok()?);
-        let age = unix_secs().checked_sub(issued)?;
+        let age = self.now_secs().checked_sub(issued)?;
         (tag == self.tag(peer, issued, odcid, dcid) && age <= TOKEN_LIFETIME.as_secs())
             .then(|| ConnectionId::from_vec(odcid.to_vec()))
     }
@@ -121,9 +124,16 @@ mod tests {
 
     #[test]
     fn a_token_outlives_a_client_s_handshake_retries_then_expires() {
-        let key = TokenKey::default();
+        // A key made 100 s ago, so that tokens can be minted in its past.
+        let key = TokenKey {
+            epoch: Instant::now()
+                .checked_sub(Duration::from_secs(100))
+                .expect("the monotonic clock is past 100 s"),
+            ..TokenKey::default()
+        };
         let peer: SocketAddrV4 = "10.0.0.1:4433".parse().unwrap();
-        let aged = |secs: u64| key.mint_at(peer, b"odcid", SCID, unix_secs() - secs);
+        let now = key.now_secs();
+        let aged = |secs: u64| key.mint_at(peer, b"odcid", SCID, now - secs);
         // aioquic's fifth copy of its Initial leaves about 15 s after the
         // first, its sixth about 31 s after.
         for secs in [15, 31, 59] {
@@ -134,7 +144,7 @@ mod tests {
         }
         assert!(key.validate(peer, SCID, &aged(62)).is_none());
         // Issued in the future (a forged time fails the tag anyway).
-        let future = key.mint_at(peer, b"odcid", SCID, unix_secs() + 5);
+        let future = key.mint_at(peer, b"odcid", SCID, now + 5);
         assert!(key.validate(peer, SCID, &future).is_none());
     }
 }
