@@ -813,6 +813,54 @@ fn from_addr(payload: &[u8], peer: SocketAddrV4) -> MemDatagram {
     d
 }
 
+/// An lcore that stops (ainftp-dp on Ctrl-C) closes its connections, so
+/// their peers hear it at once: it only flushed what was queued, and a
+/// peer waited out its idle timeout (for ever, with none).
+#[test]
+fn a_stopping_lcore_closes_its_connections() {
+    use stack::quic::lcore::{EndpointApp, STOPPING_REASON};
+    use stack::runtime::LcoreApp;
+    let dir = cluster("stopping");
+    let mut p = Pair::new(
+        node_config(&dir, "server"),
+        node_config(&dir, "client"),
+        ImpairConfig::default(),
+    );
+    assert!(p.established(Duration::from_secs(10)), "handshake");
+    // Done at the server too, so that its close is an application one (a
+    // close while handshaking goes as a transport APPLICATION_ERROR).
+    assert!(p.run_until(Duration::from_secs(10), |p| p
+        .server
+        .ep
+        .handshakes_in_progress()
+        == 0));
+    let Pair {
+        server, mut client, ..
+    } = p;
+    let mut app = EndpointApp::new(server.ep, PerfServer::new());
+    let mut server_io = server.io;
+    app.drain(&mut server_io);
+    let deadline = Instant::now() + Duration::from_secs(2);
+    let mut end = None;
+    while end.is_none() && Instant::now() < deadline {
+        client.drive();
+        while let Some(e) = client.ep.poll_event() {
+            if let Event::Closed { reason, .. } = e {
+                end = Some(reason);
+            }
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert_eq!(
+        end,
+        Some(CloseReason::Peer {
+            app: true,
+            code: 0,
+            reason: STOPPING_REASON.to_vec()
+        })
+    );
+}
+
 /// `initial` (a client's first Initial, no token) with `token` in its
 /// header and, given `dcid`, that destination ID. Only the header is
 /// rewritten: what the endpoint reads before it decrypts anything.

@@ -1131,6 +1131,16 @@ impl<B: Datagram> Endpoint<B> {
         }
     }
 
+    /// Closes every connection not closing already with application code
+    /// `code` (a stopping endpoint: its peers hear it now rather than at
+    /// their idle timeout, or never without one).
+    pub fn close_all(&mut self, code: u64, reason: &[u8]) {
+        for c in self.conns.values_mut().filter(|c| !is_closing(c)) {
+            c.close_budget.get_or_insert(CLOSE_DATAGRAMS);
+            let _ = c.q.close(true, code, reason);
+        }
+    }
+
     /// Since when the connection has made no progress (what it sent was
     /// lost, hardly any of it acknowledged), counted from its first probe
     /// timeout without progress; `None` while it makes progress (or has

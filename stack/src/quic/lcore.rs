@@ -41,6 +41,11 @@ impl<B: Datagram, S: QuicService<B>> EndpointApp<B, S> {
 /// (closes, final ACKs).
 const DRAIN: Duration = Duration::from_millis(200);
 
+/// The application close code and reason a stopping lcore's connections
+/// get (NO_ERROR: nothing went wrong).
+pub const STOPPING_CODE: u64 = 0;
+pub const STOPPING_REASON: &[u8] = b"endpoint stopping";
+
 impl<P, B, S> LcoreApp<P> for EndpointApp<B, S>
 where
     P: PacketIo<Buf = B>,
@@ -54,9 +59,16 @@ where
     }
 
     fn drain(&mut self, io: &mut P) {
+        // Peers hear that we stop: without a close they would wait out
+        // their idle timeout (for ever, with none).
+        self.endpoint.close_all(STOPPING_CODE, STOPPING_REASON);
         let deadline = Instant::now() + DRAIN;
-        while Instant::now() < deadline && (!self.tx.is_empty() || self.endpoint.paced() > 0) {
+        loop {
             self.endpoint.drive(io, &mut self.tx);
+            let queued = !self.tx.is_empty() || self.endpoint.paced() > 0;
+            if !queued || Instant::now() >= deadline {
+                break;
+            }
         }
         // What the device never took is freed here, not leaked.
         self.tx.clear();
