@@ -97,10 +97,16 @@ struct StreamState {
     done: bool,
 }
 
+/// One connection's streams being served.
+type Streams = HashMap<u64, StreamState, ahash::RandomState>;
+
 /// The server side of the perf protocol over one endpoint.
 #[derive(Default)]
 pub struct PerfServer {
-    streams: HashMap<(ConnHandle, u64), StreamState, ahash::RandomState>,
+    /// Per connection, its streams: a poll walks each connection's own
+    /// (keyed by (connection, stream), every connection's poll walked
+    /// every stream of all of them).
+    streams: HashMap<ConnHandle, Streams, ahash::RandomState>,
     conns: Vec<ConnHandle>,
     buf: Vec<u8>,
     /// The first `CLOSED_KEPT` connections that closed, with their
@@ -133,7 +139,7 @@ impl PerfServer {
                 Event::Established { conn, .. } => self.conns.push(conn),
                 Event::Closed { conn, .. } => {
                     self.conns.retain(|&c| c != conn);
-                    self.streams.retain(|(c, _), _| *c != conn);
+                    self.streams.remove(&conn);
                     self.closed_count += 1;
                     if self.closed.len() < CLOSED_KEPT {
                         self.closed.push(ev);
@@ -152,7 +158,9 @@ impl PerfServer {
             }
             self.write_streams(ep, conn);
         }
-        self.streams.retain(|_, s| !s.done);
+        for streams in self.streams.values_mut() {
+            streams.retain(|_, s| !s.done);
+        }
     }
 
     fn echo_datagrams<B: Datagram>(&mut self, ep: &mut Endpoint<B>, conn: ConnHandle) {
@@ -163,7 +171,7 @@ impl PerfServer {
     }
 
     fn read_stream<B: Datagram>(&mut self, ep: &mut Endpoint<B>, conn: ConnHandle, id: u64) {
-        let s = self.streams.entry((conn, id)).or_default();
+        let s = self.streams.entry(conn).or_default().entry(id).or_default();
         loop {
             if s.mode == Some(MODE_ECHO) && s.pending.len() >= MAX_BUFFERED {
                 return;
@@ -214,8 +222,11 @@ impl PerfServer {
     }
 
     fn write_streams<B: Datagram>(&mut self, ep: &mut Endpoint<B>, conn: ConnHandle) {
-        for ((c, id), s) in self.streams.iter_mut() {
-            if *c != conn || s.done {
+        let Some(streams) = self.streams.get_mut(&conn) else {
+            return;
+        };
+        for (id, s) in streams.iter_mut() {
+            if s.done {
                 continue;
             }
             match s.mode {
