@@ -813,6 +813,67 @@ fn from_addr(payload: &[u8], peer: SocketAddrV4) -> MemDatagram {
     d
 }
 
+/// A long-header datagram of `len` bytes: first byte `first`, `version`,
+/// the IDs, then filler (what a version we do not know may put there).
+fn long_header(first: u8, version: u32, dcid: &[u8], scid: &[u8], len: usize) -> Vec<u8> {
+    let mut p = vec![first];
+    p.extend_from_slice(&version.to_be_bytes());
+    p.push(dcid.len() as u8);
+    p.extend_from_slice(dcid);
+    p.push(scid.len() as u8);
+    p.extend_from_slice(scid);
+    p.resize(len, 0xee);
+    p
+}
+
+/// Any long-header packet of a version we do not speak gets a Version
+/// Negotiation packet echoing its IDs whole (RFC 9000 6.1, RFC 8999):
+/// a QUIC v2 Initial (whose type bits read as 0-RTT in v1) got nothing,
+/// and an ID longer than 20 bytes was echoed cut short, which the client
+/// discards. Datagrams under 1200 bytes still get nothing.
+#[test]
+fn every_long_header_of_an_unknown_version_gets_version_negotiation() {
+    let mut server = lone_server("vneg", |c| c);
+    let quic_v2_initial = 0xd0;
+    let long_dcid = [7u8; 30];
+    let cases: [(u8, u32, &[u8]); 3] = [
+        (quic_v2_initial, 0x6b33_43cf, b"v2-dcid!"),
+        (0xc0, 0x1a2a_3a4a, &long_dcid),
+        (0xe0, 0xff00_001d, b"draft-29"),
+    ];
+    for (first, version, dcid) in cases {
+        let scid = b"client-scid";
+        let mut tx = Vec::new();
+        let d = long_header(first, version, dcid, scid, 1200);
+        server.ep.recv(spoofed(&d, 1), &mut server.io, &mut tx);
+        assert_eq!(tx.len(), 1, "version {version:#x}: no reply");
+        let mut reply = {
+            use stack::io::Datagram;
+            tx[0].payload().to_vec()
+        };
+        let hdr = quiche::Header::from_slice(&mut reply, 16).unwrap();
+        assert_eq!(hdr.ty, quiche::Type::VersionNegotiation);
+        assert_eq!(&hdr.dcid[..], scid);
+        assert_eq!(
+            &hdr.scid[..],
+            dcid,
+            "version {version:#x}: its ID echoed whole"
+        );
+        assert!(hdr.versions.unwrap().contains(&quiche::PROTOCOL_VERSION));
+        // One byte short of an Initial's size: dropped.
+        let mut tx = Vec::new();
+        let short = long_header(first, version, dcid, scid, 1199);
+        server.ep.recv(spoofed(&short, 2), &mut server.io, &mut tx);
+        assert!(tx.is_empty(), "version {version:#x}: a short one answered");
+    }
+    let st = server.ep.stats();
+    assert_eq!(
+        (st.version_negotiations, st.short_initials),
+        (3, 3),
+        "{st:?}"
+    );
+}
+
 /// An lcore that stops (ainftp-dp on Ctrl-C) closes its connections, so
 /// their peers hear it at once: it only flushed what was queued, and a
 /// peer waited out its idle timeout (for ever, with none).

@@ -536,6 +536,10 @@ impl<B: Datagram> Endpoint<B> {
         self.stats.datagrams_in += 1;
         let peer = d.peer();
         let local = SocketAddrV4::new(io.local_ip(), d.local_port());
+        if let Some((dcid, scid)) = unsupported_version(d.payload()) {
+            self.negotiate_version(&dcid, &scid, d.payload().len(), peer, local, io, tx);
+            return;
+        }
         let (dcid, initial) = {
             let Ok(hdr) = quiche::Header::from_slice(d.payload_mut(), CID_LEN) else {
                 self.stats.junk += 1;
@@ -595,13 +599,6 @@ impl<B: Datagram> Endpoint<B> {
     ) -> Option<u64> {
         self.server_config.as_ref()?;
         let dcid = ConnectionId::from_vec(dcid_key.as_slice().to_vec());
-        if !quiche::version_is_supported(init.version) {
-            self.stats.version_negotiations += 1;
-            self.reply(io, tx, peer, local.port(), |out| {
-                quiche::negotiate_version(&init.scid, &dcid, out)
-            });
-            return None;
-        }
         let from_ip = self.handshakes_by_ip.get(peer.ip()).copied();
         if from_ip.unwrap_or(0) >= self.config.max_handshakes_per_ip {
             self.stats.handshake_limited_per_ip += 1;
@@ -679,6 +676,37 @@ impl<B: Datagram> Endpoint<B> {
                 None
             }
         }
+    }
+
+    /// Answers a long-header packet of a version quiche does not speak
+    /// with a Version Negotiation packet, on a server, when its datagram
+    /// has an Initial's size (RFC 9000 6.1: smaller ones are dropped, so
+    /// a spoofed one draws no bigger reply).
+    #[allow(clippy::too_many_arguments)]
+    fn negotiate_version<P: PacketIo<Buf = B>>(
+        &mut self,
+        dcid: &[u8],
+        scid: &[u8],
+        datagram_len: usize,
+        peer: SocketAddrV4,
+        local: SocketAddrV4,
+        io: &mut P,
+        tx: &mut Vec<B>,
+    ) {
+        if self.server_config.is_none() {
+            self.stats.unknown_connection += 1;
+            return;
+        }
+        if datagram_len < MIN_INITIAL_DATAGRAM {
+            self.stats.short_initials += 1;
+            return;
+        }
+        self.stats.version_negotiations += 1;
+        let (dcid, scid) = (ConnectionId::from_ref(dcid), ConnectionId::from_ref(scid));
+        // quiche takes the packet's IDs and swaps them itself.
+        self.reply(io, tx, peer, local.port(), |out| {
+            quiche::negotiate_version(&scid, &dcid, out)
+        });
     }
 
     /// Send one stateless reply written by `write` into a fresh buffer.
@@ -1176,6 +1204,25 @@ impl<B: Datagram> Endpoint<B> {
 
 /// What `accept` needs from an Initial's header, copied out so the packet
 /// buffer can be handed to quiche afterwards.
+/// The destination and source IDs of a long-header packet whose version
+/// is neither 0 (Version Negotiation) nor one quiche speaks, read from
+/// the invariant header alone (RFC 8999): past the IDs a version may lay
+/// out its header as it likes, and its IDs may be up to 255 bytes.
+fn unsupported_version(p: &[u8]) -> Option<(Vec<u8>, Vec<u8>)> {
+    if p.first()? & 0x80 == 0 {
+        return None;
+    }
+    let version = u32::from_be_bytes(p.get(1..5)?.try_into().ok()?);
+    if version == 0 || quiche::version_is_supported(version) {
+        return None;
+    }
+    let dcid_len = *p.get(5)? as usize;
+    let dcid = p.get(6..6 + dcid_len)?;
+    let scid_len = *p.get(6 + dcid_len)? as usize;
+    let scid = p.get(7 + dcid_len..7 + dcid_len + scid_len)?;
+    Some((dcid.to_vec(), scid.to_vec()))
+}
+
 struct OwnedInitial {
     version: u32,
     scid: ConnectionId<'static>,
