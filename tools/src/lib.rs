@@ -76,7 +76,15 @@ pub fn command_taking_negatives<T: clap::CommandFactory>() -> clap::Command {
 /// [`command_taking_negatives`]); clap's own errors exit with its code 2.
 /// The matches tell which flags the command line gave.
 pub fn parse_args<T: clap::Parser>() -> (T, clap::ArgMatches) {
-    let matches = command_taking_negatives::<T>().get_matches();
+    parse_args_from(std::env::args_os())
+}
+
+/// [`parse_args`] over `args` (the program's name first), for a
+/// subcommand that is its own command line (`ainftp-dp certs`).
+pub fn parse_args_from<T: clap::Parser>(
+    args: impl IntoIterator<Item = impl Into<std::ffi::OsString> + Clone>,
+) -> (T, clap::ArgMatches) {
+    let matches = command_taking_negatives::<T>().get_matches_from(args);
     match T::from_arg_matches(&matches) {
         Ok(args) => (args, matches),
         Err(e) => e.exit(),

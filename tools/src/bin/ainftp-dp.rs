@@ -2,7 +2,6 @@
 
 use std::process::ExitCode;
 
-use clap::FromArgMatches;
 use tools::dp::{self, args::DpArgs};
 
 fn main() -> ExitCode {
@@ -30,12 +29,7 @@ fn main() -> ExitCode {
 
 /// `ainftp-dp certs ...`: the cluster's CA and node certificates.
 fn certs() -> ExitCode {
-    let matches = tools::command_taking_negatives::<dp::certs::CertsArgs>()
-        .get_matches_from(std::env::args().skip(1));
-    let args = match dp::certs::CertsArgs::from_arg_matches(&matches) {
-        Ok(args) => args,
-        Err(e) => e.exit(),
-    };
+    let (args, _) = tools::parse_args_from::<dp::certs::CertsArgs>(std::env::args_os().skip(1));
     match dp::certs::run(&args) {
         Ok(lines) => {
             for l in lines {
