@@ -165,7 +165,7 @@ fn no_progress_culprits(waiting_on: &[usize], not_entered: &[usize]) -> String {
     match (waiting_on, not_entered) {
         ([], _) => "a rank has not entered it".into(),
         (_, []) => format!(
-            "this rank awaits messages of it from ranks {waiting_on:?}, none of which is known not to have entered it: they wait in turn on a rank that has not (the errors of the ranks it sends to first name it)"
+            "this rank awaits messages of it from ranks {waiting_on:?}, none of which it can tell has not entered it: one of them has not, or waits on a rank that has not (a rank that sends to it as soon as it enters names it)"
         ),
         _ => format!(
             "this rank awaits messages of it from ranks {waiting_on:?}, and ranks {not_entered:?} have not entered it (they sent none of what a rank sends on entering)"

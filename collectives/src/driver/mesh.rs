@@ -146,9 +146,10 @@ pub struct MeshCounters {
     /// Accepted connections closed before they said which rank they are
     /// (strangers: a bad hello, junk, a reset, silence).
     pub connections_refused: u64,
-    /// Initials QUIC dropped because too many handshakes were in progress
-    /// (in all, or from their address): the dialler retries after its
-    /// probe timeout, a second or more later.
+    /// Handshakes QUIC turned away or dropped for lack of room: Initials
+    /// past its limits (handshakes in progress, in all or from their
+    /// address; connections), and handshakes evicted for newer ones. The
+    /// dialler retries after its probe timeout, a second or more later.
     pub handshakes_dropped: u64,
 }
 
@@ -430,7 +431,9 @@ impl<B: Backend> Mesh<B> {
     pub fn counters(&self) -> MeshCounters {
         let q = self.ep.stats();
         MeshCounters {
-            handshakes_dropped: q.handshake_limited + q.handshake_limited_per_ip,
+            handshakes_dropped: q.handshake_limited
+                + q.handshake_limited_per_ip
+                + q.handshakes_evicted,
             ..self.counters
         }
     }

@@ -79,13 +79,16 @@ pub struct QuicConfig {
     /// address before keeping any state for it.
     pub retry: bool,
     /// Servers: handshakes in progress at most. When they are all taken,
-    /// the oldest is dropped for a newcomer once it has been in progress
-    /// for a second (an honest one takes a few round trips), else the
-    /// newcomer's Initial is dropped.
+    /// the oldest is dropped for a newcomer that would take a slot (one
+    /// whose address is validated, with `retry`) once it has been in
+    /// progress for a second (an honest one takes a few round trips),
+    /// else the newcomer's Initial is dropped.
     pub max_handshakes: usize,
     /// Servers: handshakes in progress from one IP address at most, so
     /// that one host (whose address a Retry proves) cannot take every
-    /// slot; Initials beyond are dropped. Clients behind one NAT share it.
+    /// slot; past it, that address's oldest makes room as above. Clients
+    /// behind one NAT share it. Without `retry` an address can be
+    /// spoofed, and so can its share.
     pub max_handshakes_per_ip: usize,
     /// Servers: an accepted connection not established this long after
     /// its first Initial is dropped, whatever the idle timeout (which may

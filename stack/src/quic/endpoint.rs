@@ -67,7 +67,8 @@ pub enum CloseReason {
     HandshakeTimeout,
     /// An accepted connection dropped while still handshaking, after
     /// `HANDSHAKE_GRACE`, to make room for a newcomer when
-    /// `QuicConfig::max_handshakes` were taken; no close sent.
+    /// `QuicConfig::max_handshakes` (or its address's
+    /// `max_handshakes_per_ip`) were taken; no close sent.
     HandshakeEvicted,
     /// Closed here: no progress for the idle timeout (counted from the
     /// first probe timeout; what we sent was lost, hardly any of it
@@ -152,7 +153,8 @@ impl std::fmt::Display for CloseReason {
             }
             CloseReason::HandshakeEvicted => f.write_str(
                 "handshake dropped for a newer one: every handshake slot was taken \
-                 (max_handshakes) and this one had been in progress longest",
+                 (max_handshakes, or its address's max_handshakes_per_ip) and this one \
+                 had been in progress longest",
             ),
             CloseReason::Stalled { for_ms } => write!(
                 f,
@@ -311,6 +313,9 @@ pub struct Endpoint<B: Datagram> {
     /// them come from each IP address.
     handshakes: usize,
     handshakes_by_ip: HashMap<Ipv4Addr, usize, ahash::RandomState>,
+    /// Their handles in the order they were accepted (also of some that
+    /// are done: see `oldest_handshake`).
+    handshake_queue: VecDeque<u64>,
     events: VecDeque<Event>,
     tokens: TokenKey,
     paced: DelayQueue<B>,
@@ -361,6 +366,7 @@ impl<B: Datagram> Endpoint<B> {
             next_handle: 0,
             handshakes: 0,
             handshakes_by_ip: HashMap::default(),
+            handshake_queue: VecDeque::new(),
             events: VecDeque::new(),
             tokens: TokenKey::default(),
             paced: DelayQueue::new(),
@@ -522,6 +528,7 @@ impl<B: Datagram> Endpoint<B> {
         if server {
             self.handshakes += 1;
             *self.handshakes_by_ip.entry(*peer.ip()).or_default() += 1;
+            self.handshake_queue.push_back(h);
         }
         ConnHandle(h)
     }
@@ -599,13 +606,11 @@ impl<B: Datagram> Endpoint<B> {
     ) -> Option<u64> {
         self.server_config.as_ref()?;
         let dcid = ConnectionId::from_vec(dcid_key.as_slice().to_vec());
-        let from_ip = self.handshakes_by_ip.get(peer.ip()).copied();
-        if from_ip.unwrap_or(0) >= self.config.max_handshakes_per_ip {
-            self.stats.handshake_limited_per_ip += 1;
-            return None;
-        }
+        // Full, with no handshake that could make room: not even a Retry.
+        let now = Instant::now();
         if self.conns.len() >= self.config.max_connections
-            || (self.handshakes >= self.config.max_handshakes && !self.evict_stale_handshake())
+            || (self.handshakes >= self.config.max_handshakes
+                && self.oldest_handshake(None, now).is_none())
         {
             self.stats.handshake_limited += 1;
             return None;
@@ -647,6 +652,17 @@ impl<B: Datagram> Endpoint<B> {
             // ID it chose: route that one to the new connection too.
             (new_cid(self.lcore, &mut self.rng), None, Some(*dcid_key))
         };
+        // The newcomer takes a slot now (an Initial that only draws a
+        // Retry takes none, and makes no room): one of its address's, and
+        // one of all.
+        if !self.make_room(Some(*peer.ip()), now) {
+            self.stats.handshake_limited_per_ip += 1;
+            return None;
+        }
+        if !self.make_room(None, now) {
+            self.stats.handshake_limited += 1;
+            return None;
+        }
         let cfg = self.server_config.as_mut()?;
         // A peer may accept far bigger datagrams than the path to it
         // carries (aioquic offers 65527 bytes): quiche sends up to the
@@ -827,17 +843,21 @@ impl<B: Datagram> Endpoint<B> {
         });
     }
 
-    /// Drops the accepted handshake in progress longest, if that is
-    /// `HANDSHAKE_GRACE` or more, to make room; returns whether it did.
-    fn evict_stale_handshake(&mut self) -> bool {
-        let now = Instant::now();
-        // `order` is by age.
-        let stale = self.order.iter().copied().find(|h| {
-            self.conns[h]
-                .handshaking
-                .is_some_and(|(_, since)| now.saturating_duration_since(since) >= HANDSHAKE_GRACE)
-        });
-        let Some(h) = stale else {
+    /// Whether an accepted handshake from `ip` (or from anywhere, for
+    /// `None`) may start: below its limit, or made so by dropping the one
+    /// of them in progress longest, if that has had `HANDSHAKE_GRACE`.
+    fn make_room(&mut self, ip: Option<Ipv4Addr>, now: Instant) -> bool {
+        let (taken, limit) = match ip {
+            Some(ip) => (
+                self.handshakes_by_ip.get(&ip).copied().unwrap_or(0),
+                self.config.max_handshakes_per_ip,
+            ),
+            None => (self.handshakes, self.config.max_handshakes),
+        };
+        if taken < limit {
+            return true;
+        }
+        let Some(h) = self.oldest_handshake(ip, now) else {
             return false;
         };
         if let Some(c) = self.conns.get_mut(&h) {
@@ -846,6 +866,31 @@ impl<B: Datagram> Endpoint<B> {
         self.stats.handshakes_evicted += 1;
         self.reap(h);
         true
+    }
+
+    /// The accepted handshake (from `ip`, or from anywhere) in progress
+    /// longest, if that is `HANDSHAKE_GRACE` or more. Handles of
+    /// connections no longer handshaking leave the queue's front as they
+    /// reach it, and the whole queue when it grows past twice the limit.
+    fn oldest_handshake(&mut self, ip: Option<Ipv4Addr>, now: Instant) -> Option<u64> {
+        let conns = &self.conns;
+        let live = |h: &u64| conns.get(h).and_then(|c| c.handshaking);
+        while self
+            .handshake_queue
+            .front()
+            .is_some_and(|h| live(h).is_none())
+        {
+            self.handshake_queue.pop_front();
+        }
+        if self.handshake_queue.len() > 2 * self.config.max_handshakes.max(1) {
+            self.handshake_queue.retain(|h| live(h).is_some());
+        }
+        // The queue is by age: the first of `ip`'s is its oldest.
+        let (h, since) = self.handshake_queue.iter().find_map(|h| {
+            let (from, since) = live(h)?;
+            ip.is_none_or(|ip| ip == from).then_some((*h, since))
+        })?;
+        (now.saturating_duration_since(since) >= HANDSHAKE_GRACE).then_some(h)
     }
 
     /// Fire the connections' loss-recovery and idle timers that are due,
