@@ -397,10 +397,22 @@ fn a_rank_whose_i16_input_is_not_finite_fails_and_its_peer_is_told() {
     assert!(*t1 < Duration::from_secs(5), "rank 1 took {t1:?}");
 }
 
-/// A QUIC client that is not a rank (no certificates: anyone can finish
-/// the handshake) connects to `target` with the mesh's ALPN and sends
-/// `bytes` on its first stream (none: it says nothing); returns how its
-/// connection ended within 20 s.
+/// Rank `r` of a world of two at `peers`, on its own thread: one exact
+/// all-reduce of 1000 elements, then shutdown.
+fn one_all_reduce_of_two(
+    r: usize,
+    peers: &[std::net::SocketAddrV4],
+) -> std::thread::JoinHandle<Result<(), Error>> {
+    let peers = peers.to_vec();
+    std::thread::spawn(move || {
+        let mut c = Communicator::new(r, 2, peers, DriverConfig::default())?;
+        let mut buf = vec![1.0f32; 1000];
+        c.all_reduce(&mut buf, ReduceOp::Sum)?;
+        assert_eq!(buf, vec![2.0; 1000]);
+        c.shutdown()
+    })
+}
+
 /// What a stranger does once its handshake is done.
 enum Stranger<'a> {
     /// Sends these bytes on stream 0 (nothing, for none).
@@ -409,6 +421,10 @@ enum Stranger<'a> {
     Resets,
 }
 
+/// A QUIC client that is not a rank (no certificates: anyone can finish
+/// the handshake) connects to `target` with the mesh's ALPN and does
+/// what `does` says; returns how its
+/// connection ended within 20 s.
 fn stranger(target: std::net::SocketAddrV4, does: Stranger<'_>) -> Option<CloseReason> {
     let local = "127.0.0.1:0".parse().unwrap();
     let mut io = KernelUdp::bind(local, KernelUdpConfig::default()).unwrap();
@@ -537,15 +553,7 @@ fn a_stranger_that_connects_and_sends_junk_is_refused_and_the_job_goes_on() {
 #[test]
 fn a_peer_may_open_one_stream_and_no_datagrams_on_a_ranks_connection() {
     let peers = common::loopback_addrs(2);
-    let rank = |r: usize| {
-        let peers = peers.clone();
-        std::thread::spawn(move || {
-            let mut c = Communicator::new(r, 2, peers, DriverConfig::default())?;
-            let mut buf = vec![1.0f32; 1000];
-            c.all_reduce(&mut buf, ReduceOp::Sum)?;
-            c.shutdown()
-        })
-    };
+    let rank = |r: usize| one_all_reduce_of_two(r, &peers);
     // Rank 1 accepts; a stranger connects before rank 0.
     let rank1 = rank(1);
     let mut s = HeldStranger::connect(peers[1]);
@@ -570,16 +578,7 @@ fn silent_strangers_that_connect_first_do_not_keep_a_rank_out() {
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::{mpsc, Arc};
     let peers = common::loopback_addrs(2);
-    let rank = |r: usize| {
-        let peers = peers.clone();
-        std::thread::spawn(move || {
-            let mut c = Communicator::new(r, 2, peers, DriverConfig::default())?;
-            let mut buf = vec![1.0f32; 1000];
-            c.all_reduce(&mut buf, ReduceOp::Sum)?;
-            assert_eq!(buf, vec![2.0; 1000]);
-            c.shutdown()
-        })
-    };
+    let rank = |r: usize| one_all_reduce_of_two(r, &peers);
     // Rank 1 accepts; three strangers get in before rank 0 dials (the
     // cap is 2 x 1).
     let rank1 = rank(1);
@@ -696,16 +695,7 @@ fn drive_for(
 #[test]
 fn past_the_cap_the_oldest_stranger_goes_even_behind_a_newer_one_in_a_reused_place() {
     let peers = common::loopback_addrs(2);
-    let rank = |r: usize| {
-        let peers = peers.clone();
-        std::thread::spawn(move || {
-            let mut c = Communicator::new(r, 2, peers, DriverConfig::default())?;
-            let mut buf = vec![1.0f32; 1000];
-            c.all_reduce(&mut buf, ReduceOp::Sum)?;
-            assert_eq!(buf, vec![2.0; 1000]);
-            c.shutdown()
-        })
-    };
+    let rank = |r: usize| one_all_reduce_of_two(r, &peers);
     // Rank 1 accepts; the cap is 2 ranks x 1 connection.
     let rank1 = rank(1);
     let established = |s: &[&mut HeldStranger]| s.iter().all(|s| s.ep.is_established(s.conn));

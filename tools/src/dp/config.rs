@@ -1,6 +1,8 @@
 //! Turning flags and the optional TOML file into a checked plan. Every
-//! error names the option and what a good value looks like.
+//! error names the option as it was given (the flag, or the file's key)
+//! and what a good value looks like.
 
+use std::fmt;
 use std::net::Ipv4Addr;
 use std::path::Path;
 use std::time::Duration;
@@ -85,13 +87,53 @@ pub struct Plan {
     pub default_tap: Option<String>,
 }
 
+/// Where a setting's value came from, as its errors name it: the flag,
+/// or the config file's key of the same name.
+#[derive(Clone, Copy)]
+struct Origin<'a> {
+    flag: &'static str,
+    file: Option<&'a Path>,
+}
+
+impl fmt::Display for Origin<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.file {
+            Some(path) => {
+                // The file's keys are the flags' names with underscores,
+                // except the list the repeatable --neighbour fills.
+                let key = match self.flag {
+                    "--neighbour" => "neighbours".to_owned(),
+                    flag => flag.trim_start_matches("--").replace('-', "_"),
+                };
+                write!(f, "{key} in {}", path.display())
+            }
+            None => f.write_str(self.flag),
+        }
+    }
+}
+
+/// The origin of a setting the command line gave (`on_command_line`) or
+/// else the file.
+fn origin<'a>(flag: &'static str, on_command_line: bool, args: &'a DpArgs) -> Origin<'a> {
+    Origin {
+        flag,
+        file: args.config.as_deref().filter(|_| !on_command_line),
+    }
+}
+
 pub fn plan(args: &DpArgs) -> Result<Plan> {
     let file = match &args.config {
         Some(p) => FileConfig::load(p)?,
         None => FileConfig::default(),
     };
+    let from = |flag: &'static str, given: bool| origin(flag, given, args).to_string();
     let lcores = match args.lcores.as_ref().or(file.lcores.as_ref()) {
-        Some(list) => cpulist::parse_lcores_flag(list)?,
+        Some(list) => cpulist::parse(list).map_err(|e| {
+            Error::Usage(format!(
+                "{} {list:?}: {e}",
+                from("--lcores", args.lcores.is_some())
+            ))
+        })?,
         None => crate::eal_setup::default_lcores()?,
     };
     // The port is one choice: a --pci or --vdev flag replaces whichever
@@ -104,13 +146,14 @@ pub fn plan(args: &DpArgs) -> Result<Plan> {
             .as_deref()
             .map(crate::eal_setup::parse_pci)
             .transpose()
-            .map_err(|e| Error::Usage(format!("config pci: {e}")))?;
+            .map_err(|e| Error::Usage(format!("{}: {e}", from("--pci", false))))?;
         (pci, file.vdev.clone())
     };
     if vdev.as_deref().is_some_and(|v| v.trim().is_empty()) {
-        return Err(Error::Usage(
-            "--vdev is empty: name a device, e.g. --vdev net_af_xdp0,iface=veth1".into(),
-        ));
+        return Err(Error::Usage(format!(
+            "{} is empty: name a device, e.g. --vdev net_af_xdp0,iface=veth1",
+            from("--vdev", args.vdev.is_some())
+        )));
     }
     if pci.is_some() && vdev.is_some() {
         return Err(Error::Usage(
@@ -129,24 +172,24 @@ pub fn plan(args: &DpArgs) -> Result<Plan> {
     };
     let default_tap = (pci.is_none() && vdev.is_none()).then_some(tap);
     if let Some(tap) = &default_tap {
-        check_ifname(tap)?;
+        check_ifname(tap, &from("--tap-iface", args.tap_iface.is_some()))?;
     }
     let ip_text = args.ip.as_ref().or(file.ip.as_ref()).ok_or_else(|| {
         Error::Usage("--ip is required: our address and prefix, e.g. --ip 10.0.0.2/24".into())
     })?;
-    let (ip, prefix_len) = parse_cidr(ip_text)?;
+    let (ip, prefix_len) = parse_cidr_of(&from("--ip", args.ip.is_some()), ip_text)?;
     let mut rt = RuntimeConfig::new(&device, ip, prefix_len);
     rt.gateway = args
         .gateway
         .as_ref()
         .or(file.gateway.as_ref())
-        .map(|g| parse_ip("--gateway", g))
+        .map(|g| parse_ip(&from("--gateway", args.gateway.is_some()), g))
         .transpose()?;
     rt.mac = args
         .mac
         .as_ref()
         .or(file.mac.as_ref())
-        .map(|m| parse_mac("--mac", m))
+        .map(|m| parse_mac(&from("--mac", args.mac.is_some()), m))
         .transpose()?;
     rt.vlan = args.vlan.or(file.vlan);
     let neighbours = if args.neighbours.is_empty() {
@@ -154,22 +197,26 @@ pub fn plan(args: &DpArgs) -> Result<Plan> {
     } else {
         &args.neighbours
     };
+    let neighbour = from("--neighbour", !args.neighbours.is_empty());
     rt.static_neighbours = neighbours
         .iter()
-        .map(|n| parse_neighbour(n))
+        .map(|n| parse_neighbour(&neighbour, n))
         .collect::<Result<_>>()?;
     neighbour_plan(args, &file, &mut rt.neighbour)?;
     check_host(&rt)?;
     if let Some(s) = args.steering.as_ref().or(file.steering.as_ref()) {
-        rt.steering = s
-            .parse::<SteeringMode>()
-            .map_err(|e| Error::Usage(format!("--steering: {e}")))?;
+        rt.steering = s.parse::<SteeringMode>().map_err(|e| {
+            Error::Usage(format!(
+                "{}: {e}",
+                from("--steering", args.steering.is_some())
+            ))
+        })?;
     }
     rt.symmetric_rss = args.symmetric_rss.or(file.symmetric_rss).unwrap_or(false);
     rt.idle = match args.idle.as_ref().or(file.idle.as_ref()) {
         Some(s) => s
             .parse::<IdlePolicy>()
-            .map_err(|e| Error::Usage(format!("--idle: {e}")))?,
+            .map_err(|e| Error::Usage(format!("{}: {e}", from("--idle", args.idle.is_some()))))?,
         None => {
             let isolated = std::fs::read_to_string(ISOLATED_CPUS).unwrap_or_default();
             default_idle(&lcores, &isolated)
@@ -178,19 +225,21 @@ pub fn plan(args: &DpArgs) -> Result<Plan> {
     rt.mtu = args.mtu.or(file.mtu);
     if let Some(mtu) = rt.mtu.filter(|&m| m < MIN_MTU) {
         return Err(Error::Usage(format!(
-            "--mtu {mtu} is below IPv4's minimum of {MIN_MTU}"
+            "{} {mtu} is below IPv4's minimum of {MIN_MTU}",
+            from("--mtu", args.mtu.is_some())
         )));
     }
     if let Some(n) = args.mbufs.or(file.mbufs) {
+        let mbufs = from("--mbufs", args.mbufs.is_some());
         if n < 1024 {
             return Err(Error::Usage(format!(
-                "--mbufs {n} is too few; at least 1024 (rx rings alone take 1024 per queue on many PMDs)"
+                "{mbufs} {n} is too few; at least 1024 (rx rings alone take 1024 per queue on many PMDs)"
             )));
         }
         // About 2.2 KB of hugepage memory each: 2^24 is 36 GB already.
         if n > MAX_MBUFS {
             return Err(Error::Usage(format!(
-                "--mbufs {n} is too many; at most {MAX_MBUFS} (each takes about 2.2 KB of hugepages)"
+                "{mbufs} {n} is too many; at most {MAX_MBUFS} (each takes about 2.2 KB of hugepages)"
             )));
         }
         rt.mbufs = n;
@@ -201,9 +250,10 @@ pub fn plan(args: &DpArgs) -> Result<Plan> {
         .or(file.checksum_offload)
         .unwrap_or(true);
     if let Some(spec) = args.impair.as_ref().or(file.impair.as_ref()) {
-        let cfg: stack::io::impair::ImpairConfig = spec
-            .parse()
-            .map_err(|e| Error::Usage(format!("--impair {spec:?}: {e}")))?;
+        let cfg: stack::io::impair::ImpairConfig = spec.parse().map_err(|e| {
+            let impair = from("--impair", args.impair.is_some());
+            Error::Usage(format!("{impair} {spec:?}: {e}"))
+        })?;
         rt.impair = (!cfg.is_perfect()).then_some(cfg);
     }
     let udp_echo = if args.udp_echo.is_empty() {
@@ -211,24 +261,26 @@ pub fn plan(args: &DpArgs) -> Result<Plan> {
     } else {
         args.udp_echo.clone()
     };
+    let echo = from("--udp-echo", !args.udp_echo.is_empty());
     if udp_echo.contains(&0) {
-        return Err(Error::Usage(
-            "--udp-echo 0 is not a port; use 1-65535".into(),
-        ));
+        return Err(Error::Usage(format!("{echo} 0 is not a port; use 1-65535")));
     }
     if let Some(port) = udp_echo
         .iter()
         .enumerate()
         .find_map(|(i, p)| udp_echo[..i].contains(p).then_some(p))
     {
-        return Err(Error::Usage(format!("--udp-echo {port} is given twice")));
+        return Err(Error::Usage(format!("{echo} {port} is given twice")));
     }
     let ping = ping_plan(args, &file, &rt)?;
     let stats_period = seconds(
-        "--stats-period",
+        &from("--stats-period", args.stats_period.is_some()),
         args.stats_period.or(file.stats_period).unwrap_or(1.0),
     )?;
-    let duration = seconds("--duration", args.duration.or(file.duration).unwrap_or(0.0))?;
+    let duration = seconds(
+        &from("--duration", args.duration.is_some()),
+        args.duration.or(file.duration).unwrap_or(0.0),
+    )?;
     let mut eal = file.eal.clone();
     eal.extend(args.eal.iter().cloned());
     Ok(Plan {
@@ -250,8 +302,8 @@ const MAX_IFNAME: usize = 15;
 
 /// `--tap-iface`: a name Linux takes for an interface, that also fits in
 /// DPDK's device arguments (`net_tap0,iface=NAME`: no `,` or `=`).
-fn check_ifname(name: &str) -> Result<()> {
-    let bad = |why: &str| Err(Error::Usage(format!("--tap-iface {name:?}: {why}")));
+fn check_ifname(name: &str, option: &str) -> Result<()> {
+    let bad = |why: &str| Err(Error::Usage(format!("{option} {name:?}: {why}")));
     if name.is_empty() || name.len() > MAX_IFNAME {
         return bad(&format!("an interface name is 1 to {MAX_IFNAME} bytes"));
     }
@@ -296,7 +348,8 @@ fn neighbour_plan(args: &DpArgs, file: &FileConfig, cfg: &mut NeighbourConfig) -
     if let Some(n) = args.arp_max_entries.or(file.arp_max_entries) {
         if !(1..=MAX_ARP_ENTRIES).contains(&n) {
             return Err(Error::Usage(format!(
-                "--arp-max-entries {n}: give 1 to {MAX_ARP_ENTRIES}"
+                "{} {n}: give 1 to {MAX_ARP_ENTRIES}",
+                origin("--arp-max-entries", args.arp_max_entries.is_some(), args)
             )));
         }
         cfg.max_entries = n;
@@ -305,7 +358,8 @@ fn neighbour_plan(args: &DpArgs, file: &FileConfig, cfg: &mut NeighbourConfig) -
         // Below a second, ARP traffic would grow with every peer.
         if !(1.0..=86_400.0).contains(&s) {
             return Err(Error::Usage(format!(
-                "--arp-reachable {s}: give 1 to 86400 seconds"
+                "{} {s}: give 1 to 86400 seconds",
+                origin("--arp-reachable", args.arp_reachable.is_some(), args)
             )));
         }
         cfg.reachable = Duration::from_secs_f64(s);
@@ -329,43 +383,48 @@ fn ping_plan(args: &DpArgs, file: &FileConfig, rt: &RuntimeConfig) -> Result<Opt
         }
         return Ok(None);
     };
+    let ping = origin("--ping", args.ping.is_some(), args);
     let target: Ipv4Addr = target
         .parse()
-        .map_err(|_| Error::Usage(format!("--ping {target:?} is not an IPv4 address")))?;
+        .map_err(|_| Error::Usage(format!("{ping} {target:?} is not an IPv4 address")))?;
     // The runtime's routing (the MAC is the port's, not known yet, and
     // plays no part in it).
     let host = rt.host_config(STAND_IN_MAC);
     if target == host.ip {
-        return Err(Error::Usage(format!("--ping {target} is our own address")));
+        return Err(Error::Usage(format!("{ping} {target} is our own address")));
     }
     if target.is_unspecified()
         || target.is_multicast()
         || target.is_broadcast()
         || target.is_loopback()
     {
-        return Err(Error::Usage(format!("--ping {target}: not a host address")));
+        return Err(Error::Usage(format!("{ping} {target}: not a host address")));
     }
     if let Some(which) = host.reserved_in_subnet(target) {
         return Err(Error::Usage(format!(
-            "--ping {target} is the {which} address of {}/{}, not a host",
+            "{ping} {target} is the {which} address of {}/{}, not a host",
             host.ip, host.prefix_len
         )));
     }
     if host.next_hop(target).is_none() {
         return Err(Error::Usage(format!(
-            "--ping {target} is outside {}/{} and there is no --gateway",
+            "{ping} {target} is outside {}/{} and there is no --gateway",
             host.ip, host.prefix_len
         )));
     }
     if count == Some(0) {
-        return Err(Error::Usage("--ping-count 0: give 1 or more".into()));
+        return Err(Error::Usage(format!(
+            "{} 0: give 1 or more",
+            origin("--ping-count", args.ping_count.is_some(), args)
+        )));
     }
     let interval = match interval {
         None => Duration::from_secs(1),
         Some(s) if (0.001..=3600.0).contains(&s) => Duration::from_secs_f64(s),
         Some(s) => {
             return Err(Error::Usage(format!(
-                "--ping-interval {s}: give 0.001 to 3600 seconds"
+                "{} {s}: give 0.001 to 3600 seconds",
+                origin("--ping-interval", args.ping_interval.is_some(), args)
             )))
         }
     };
@@ -407,9 +466,14 @@ fn seconds(flag: &str, s: f64) -> Result<Option<Duration>> {
 }
 
 pub fn parse_cidr(s: &str) -> Result<(Ipv4Addr, u8)> {
+    parse_cidr_of("--ip", s)
+}
+
+/// `parse_cidr` for the option named `option`.
+fn parse_cidr_of(option: &str, s: &str) -> Result<(Ipv4Addr, u8)> {
     let bad = || {
         Error::Usage(format!(
-            "--ip {s:?}: expected an IPv4 address with a prefix length, e.g. 10.0.0.2/24"
+            "{option} {s:?}: expected an IPv4 address with a prefix length, e.g. 10.0.0.2/24"
         ))
     };
     let (addr, len) = s.split_once('/').ok_or_else(bad)?;
@@ -444,13 +508,13 @@ fn parse_mac(flag: &str, s: &str) -> Result<EthernetAddress> {
     Ok(mac)
 }
 
-fn parse_neighbour(s: &str) -> Result<(Ipv4Addr, EthernetAddress)> {
+fn parse_neighbour(option: &str, s: &str) -> Result<(Ipv4Addr, EthernetAddress)> {
     let (ip, mac) = s.split_once('=').ok_or_else(|| {
         Error::Usage(format!(
-            "--neighbour {s:?}: expected IP=MAC, e.g. 10.0.0.1=02:00:00:00:00:01"
+            "{option} {s:?}: expected IP=MAC, e.g. 10.0.0.1=02:00:00:00:00:01"
         ))
     })?;
-    Ok((parse_ip("--neighbour", ip)?, parse_mac("--neighbour", mac)?))
+    Ok((parse_ip(option, ip)?, parse_mac(option, mac)?))
 }
 
 #[cfg(test)]
@@ -516,6 +580,56 @@ arp_reachable = 20.0
             (f.max_entries, f.reachable),
             (9000, Duration::from_secs(45))
         );
+    }
+
+    #[test]
+    fn a_bad_value_from_the_file_is_named_by_its_key_and_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("node.toml");
+        let path = file.to_str().unwrap();
+        let base = "ip = \"10.0.0.2/24\"\nlcores = \"0\"\n";
+        let cases = [
+            ("mtu = 40", "mtu in {} 40 is below"),
+            ("mbufs = 10", "mbufs in {} 10 is too few"),
+            ("steering = \"bogus\"", "steering in {}: "),
+            ("tap_iface = \"a,b\"", "tap_iface in {} \"a,b\""),
+            ("gateway = \"x\"", "gateway in {} \"x\""),
+            ("mac = \"00:00:00:00:00:00\"", "mac in {} 00:00:00:00:00:00"),
+            ("neighbours = [\"x\"]", "neighbours in {} \"x\""),
+            ("udp_echo = [0]", "udp_echo in {} 0 is not a port"),
+            ("arp_reachable = 0.5", "arp_reachable in {} 0.5"),
+            (
+                "ping = \"10.0.0.2\"",
+                "ping in {} 10.0.0.2 is our own address",
+            ),
+            ("ping = \"10.0.0.1\"\nping_count = 0", "ping_count in {} 0"),
+            ("stats_period = -1.0", "stats_period in {} -1"),
+            ("impair = \"loss=x\"", "impair in {} \"loss=x\""),
+        ];
+        for (line, want) in cases {
+            std::fs::write(&file, format!("{base}{line}\n")).unwrap();
+            let e = plan(&args(&["--config", path])).unwrap_err().to_string();
+            let want = want.replace("{}", path);
+            assert!(e.contains(&want), "{line}: {e}");
+        }
+        for (text, want) in [
+            (
+                "lcores = \"x\"\nip = \"10.0.0.2/24\"\n",
+                "lcores in {} \"x\"",
+            ),
+            (
+                "lcores = \"0\"\nip = \"10.0.0.2\"\n",
+                "ip in {} \"10.0.0.2\"",
+            ),
+        ] {
+            std::fs::write(&file, text).unwrap();
+            let e = plan(&args(&["--config", path])).unwrap_err().to_string();
+            assert!(e.contains(&want.replace("{}", path)), "{text}: {e}");
+        }
+        // Given as a flag, the same value is named by the flag.
+        std::fs::write(&file, base).unwrap();
+        let e = plan(&args(&["--config", path, "--mtu", "40"])).unwrap_err();
+        assert!(e.to_string().starts_with("--mtu 40 is below"), "{e}");
     }
 
     #[test]
