@@ -575,45 +575,27 @@ fn a_peer_may_open_one_stream_and_no_datagrams_on_a_ranks_connection() {
 /// ranks' shutdown does not wait for them.
 #[test]
 fn silent_strangers_that_connect_first_do_not_keep_a_rank_out() {
-    use std::sync::atomic::{AtomicBool, Ordering};
-    use std::sync::{mpsc, Arc};
     let peers = common::loopback_addrs(2);
     let rank = |r: usize| one_all_reduce_of_two(r, &peers);
     // Rank 1 accepts; three strangers get in before rank 0 dials (the
-    // cap is 2 x 1).
+    // cap is 2 x 1), one after another.
     let rank1 = rank(1);
-    let (stop, (up_tx, up_rx)) = (Arc::new(AtomicBool::new(false)), mpsc::channel());
-    let strangers: Vec<_> = (0..3)
-        .map(|_| {
-            let (stop, up_tx, target) = (stop.clone(), up_tx.clone(), peers[1]);
-            std::thread::spawn(move || {
-                let local = "127.0.0.1:0".parse().unwrap();
-                let mut io = KernelUdp::bind(local, KernelUdpConfig::default()).unwrap();
-                let cfg = QuicConfig {
-                    alpn: vec![COLL_ALPN.to_vec()],
-                    ..QuicConfig::default()
-                };
-                let mut ep = Endpoint::client(cfg, 0, io.max_payload()).unwrap();
-                let conn = ep.connect(io.local_addr(), target, None).unwrap();
-                let (mut tx, mut told) = (Vec::new(), false);
-                while !stop.load(Ordering::Relaxed) {
-                    ep.drive(&mut io, &mut tx);
-                    if ep.is_established(conn) && !told {
-                        told = up_tx.send(()).is_ok();
-                    }
-                    std::thread::sleep(Duration::from_millis(1));
-                }
-            })
-        })
-        .collect();
+    let mut strangers: Vec<HeldStranger> = Vec::new();
     for _ in 0..3 {
-        up_rx
-            .recv_timeout(Duration::from_secs(10))
-            .expect("a stranger finished its handshake");
+        strangers.push(HeldStranger::connect(peers[1]));
+        let mut held: Vec<&mut HeldStranger> = strangers.iter_mut().collect();
+        drive_for(&mut held, Duration::from_secs(10), |s| {
+            s.last().is_some_and(|s| s.ep.is_established(s.conn))
+        });
     }
-    std::thread::sleep(Duration::from_millis(100));
+    let mut held: Vec<&mut HeldStranger> = strangers.iter_mut().collect();
+    drive_for(&mut held, Duration::from_millis(100), |_| false);
     let t = Instant::now();
     let rank0 = rank(0);
+    // The strangers stay up, answering, while the ranks run.
+    drive_for(&mut held, Duration::from_secs(10), |_| {
+        rank0.is_finished() && rank1.is_finished()
+    });
     let (r0, r1) = (rank0.join().unwrap(), rank1.join().unwrap());
     // Shutting down waits for ranks only, not for the strangers.
     assert!(
@@ -621,12 +603,20 @@ fn silent_strangers_that_connect_first_do_not_keep_a_rank_out() {
         "took {:?}",
         t.elapsed()
     );
-    stop.store(true, Ordering::Relaxed);
-    for s in strangers {
-        s.join().unwrap();
-    }
     assert!(r0.is_ok(), "rank 0: {r0:?}");
     assert!(r1.is_ok(), "rank 1: {r1:?}");
+    // The third stranger pushed the first out, rank 0 the second; the
+    // third was closed when rank 1 left.
+    drive_for(&mut held, Duration::from_secs(10), |s| {
+        s.iter().all(|s| s.end.is_some())
+    });
+    let refused: Vec<bool> = held.iter().map(|s| s.refused_as_one_too_many()).collect();
+    assert_eq!(
+        refused,
+        [true, true, false],
+        "{:?}",
+        held.iter().map(|s| &s.end).collect::<Vec<_>>()
+    );
 }
 
 /// A stranger held open from the test's thread: its own socket and

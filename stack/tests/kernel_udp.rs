@@ -438,6 +438,40 @@ fn wrong_source_port_is_dropped_and_counted() {
     );
 }
 
+/// Datagrams to port 0 (a peer whose datagrams came from it) are dropped
+/// and counted. The kernel refuses to send them (EINVAL), which a GSO run
+/// of them made look like a route that cannot segment: GSO went off for
+/// good, for every peer.
+#[test]
+fn datagrams_to_port_0_are_dropped_and_gso_stays_on() {
+    let mut a = bind(cfg());
+    let mut b = bind(cfg());
+    assert!(a.gso_enabled());
+    let to = b.local_addr();
+    let nowhere = SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0);
+    let mut bufs = vec![
+        make(&mut a, nowhere, 0, 100),
+        make(&mut a, nowhere, 1, 100),
+        make(&mut a, to, 2, 100),
+        make(&mut a, to, 3, 100),
+        make(&mut a, to, 4, 100),
+        make(&mut a, nowhere, 5, 100),
+        make(&mut a, to, 6, 100),
+    ];
+    assert_eq!(a.send_burst(&mut bufs), 7);
+    assert!(a.gso_enabled(), "GSO turned off");
+    let s = a.stats();
+    assert_eq!((s.tx_dropped, s.tx_datagrams), (3, 4), "{s:?}");
+    let (got, _) = recv_n(&mut b, 4, 32);
+    check(
+        &got,
+        &[(2, 100), (3, 100), (4, 100), (6, 100)],
+        a.local_addr(),
+        to.port(),
+        "around port 0",
+    );
+}
+
 #[test]
 fn a_datagram_alone_in_its_receive_buffer_is_handed_out_without_a_copy() {
     let plain = UdpSocket::bind(LO).unwrap();

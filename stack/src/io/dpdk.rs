@@ -277,6 +277,29 @@ impl DpdkIo {
         }
     }
 
+    /// Takes up to `room` frames from the inbox (frames other lcores
+    /// received for this one's connections); returns how many.
+    fn recv_inbox(
+        &mut self,
+        room: usize,
+        out: &mut Vec<UdpMbuf>,
+        now: &mut Option<Instant>,
+    ) -> usize {
+        let RxSource::QueueAndInbox(_, inbox) = &mut self.rx else {
+            return 0;
+        };
+        if room == 0 {
+            return 0;
+        }
+        let got = inbox.dequeue_burst_max(&mut self.rx_batch, room);
+        if got > 0 {
+            self.counters.rx_bursts += 1;
+            // Placed by the lcore that handed them over: no second look.
+            self.take_received(false, out, *now.get_or_insert_with(Instant::now));
+        }
+        got
+    }
+
     /// On the steering lcore of a single-tx-queue port: send what the other
     /// lcores handed back (they counted it).
     fn flush_returns(&mut self) {
@@ -450,26 +473,26 @@ impl PacketIo for DpdkIo {
         // Every loop receives: the other lcores' frames go out from here,
         // not only when this lcore has its own to send.
         self.flush_returns();
-        let got = match &mut self.rx {
-            RxSource::Queue(q) | RxSource::QueueAndInbox(q, _) => {
-                q.rx_burst_max(&mut self.rx_batch, max.min(RX_BURST))
-            }
-            RxSource::Ring(c) => c.dequeue_burst(&mut self.rx_batch),
-        };
+        let budget = max.min(RX_BURST);
         let mut now = None;
         let before = out.len();
+        // The frames other lcores handed over first, up to half the
+        // budget: a queue its own flows keep full left them in the inbox
+        // until it filled and the others dropped them (SteerRingFull).
+        let handed = self.recv_inbox(budget.div_ceil(2), out, &mut now);
+        let room = budget - handed;
+        let got = match &mut self.rx {
+            RxSource::Queue(q) | RxSource::QueueAndInbox(q, _) => {
+                q.rx_burst_max(&mut self.rx_batch, room)
+            }
+            RxSource::Ring(c) => c.dequeue_burst_max(&mut self.rx_batch, room),
+        };
         if got > 0 {
             self.counters.rx_bursts += 1;
-            self.take_received(true, out, *now.insert(Instant::now()));
+            self.take_received(true, out, *now.get_or_insert_with(Instant::now));
         }
-        if let RxSource::QueueAndInbox(_, inbox) = &mut self.rx {
-            let room = max.min(RX_BURST).saturating_sub(got);
-            if room > 0 && inbox.dequeue_burst_max(&mut self.rx_batch, room) > 0 {
-                self.counters.rx_bursts += 1;
-                // Placed by the lcore that handed them over: no second look.
-                self.take_received(false, out, *now.get_or_insert_with(Instant::now));
-            }
-        }
+        // What room the queue left: more of the inbox.
+        self.recv_inbox(room - got, out, &mut now);
         let Some(now) = now else {
             return 0;
         };

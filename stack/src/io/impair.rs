@@ -680,6 +680,10 @@ impl<P: PacketIo> PacketIo for Impaired<P> {
     fn max_payload(&self) -> usize {
         self.inner.max_payload()
     }
+
+    fn max_payload_to(&self, peer: std::net::SocketAddrV4) -> usize {
+        self.inner.max_payload_to(peer)
+    }
 }
 
 impl<P: super::CountedIo> super::CountedIo for Impaired<P> {
@@ -711,6 +715,49 @@ mod tests {
             payload: i.to_be_bytes().repeat(4),
             meta: i,
         }
+    }
+
+    /// A backend whose route to one peer is narrower than its port.
+    struct NarrowTo(std::net::SocketAddrV4);
+
+    impl PacketIo for NarrowTo {
+        type Buf = crate::io::heap::HeapDatagram;
+        fn recv_burst(&mut self, _: &mut Vec<Self::Buf>, _: usize) -> usize {
+            0
+        }
+        fn alloc(&mut self) -> Option<Self::Buf> {
+            Some(crate::io::heap::HeapDatagram::new(1472))
+        }
+        fn send_burst(&mut self, bufs: &mut Vec<Self::Buf>) -> usize {
+            let n = bufs.len();
+            bufs.clear();
+            n
+        }
+        fn poll(&mut self, _: Instant) {}
+        fn local_ip(&self) -> std::net::Ipv4Addr {
+            std::net::Ipv4Addr::LOCALHOST
+        }
+        fn max_payload(&self) -> usize {
+            1472
+        }
+        fn max_payload_to(&self, peer: std::net::SocketAddrV4) -> usize {
+            if peer == self.0 {
+                1200
+            } else {
+                1472
+            }
+        }
+    }
+
+    /// The wrapper passes on the inner backend's route sizes: with the
+    /// default it reported the port's size for every peer, and a QUIC
+    /// connection to a narrow route sent datagrams that never got there.
+    #[test]
+    fn the_route_size_is_the_inner_backends() {
+        let narrow: std::net::SocketAddrV4 = "10.0.0.9:4433".parse().unwrap();
+        let io = Impaired::new(NarrowTo(narrow), ImpairConfig::default()).unwrap();
+        assert_eq!(io.max_payload_to(narrow), 1200);
+        assert_eq!(io.max_payload_to("10.0.0.8:4433".parse().unwrap()), 1472);
     }
 
     #[test]

@@ -526,6 +526,22 @@ impl KernelUdp {
         Ok(sent.count())
     }
 
+    /// Counts the datagrams of the messages `sent` (run lengths, from the
+    /// start of `bufs`) as sent; returns how many they are.
+    fn count_sent(&mut self, bufs: &[KernelDatagram], sent: &[usize]) -> usize {
+        let mut at = 0;
+        for &n in sent {
+            let bytes: usize = bufs[at..at + n].iter().map(|d| d.len).sum();
+            self.stats.tx_datagrams += n as u64;
+            self.stats.tx_bytes += bytes as u64;
+            if n > 1 {
+                self.stats.gso_batches += 1;
+            }
+            at += n;
+        }
+        at
+    }
+
     /// Counters since bind.
     pub fn stats(&self) -> KernelUdpStats {
         self.stats
@@ -630,7 +646,11 @@ impl KernelUdp {
         // Lone datagrams so far: any empty, and the longest.
         let (mut lone_empty, mut lone_max) = (false, 0);
         let mut j = i;
-        while j < bufs.len() && msgs.len() < MAX_MMSG && bufs[j].local_port == port {
+        while j < bufs.len()
+            && msgs.len() < MAX_MMSG
+            && bufs[j].local_port == port
+            && bufs[j].peer.port() != 0
+        {
             let n = self.run_len(bufs, j);
             let len = bufs[j].len;
             match (n > 1, seg) {
@@ -696,6 +716,18 @@ fn disable_gro(_socket: &UdpSocket) -> io::Result<()> {
 /// (quinn-udp turns GSO off on the same two).
 fn gso_refused(e: &io::Error) -> bool {
     matches!(e.raw_os_error(), Some(nix::libc::EIO | nix::libc::EINVAL))
+}
+
+/// Errors a send can report for an ICMP error that came in for an earlier
+/// datagram (the socket's pending error), perhaps to another peer: the
+/// send itself did not fail, and is worth one retry even when the error
+/// queue had no room to keep the ICMP error (under receive load).
+fn reported_by_icmp(e: &io::Error) -> bool {
+    use nix::libc::{ECONNREFUSED, EHOSTUNREACH, EMSGSIZE, ENETUNREACH};
+    matches!(
+        e.raw_os_error(),
+        Some(ECONNREFUSED | EHOSTUNREACH | ENETUNREACH | EMSGSIZE)
+    )
 }
 
 impl PacketIo for KernelUdp {
@@ -811,19 +843,19 @@ impl PacketIo for KernelUdp {
                 continue;
             }
 
+            if bufs[i].peer.port() == 0 {
+                // Nobody listens there, and the kernel's refusal (EINVAL)
+                // must not be taken for a GSO refusal: a peer whose
+                // datagrams came from port 0 turned GSO off for good.
+                self.stats.tx_dropped += 1;
+                i += 1;
+                continue;
+            }
             let seg = self.plan_messages(bufs, i, &mut msgs);
             match self.send_messages(&bufs[i..], &msgs, seg) {
                 Ok(sent) if sent > 0 => {
                     self.stats.tx_calls += 1;
-                    for &n in &msgs[..sent] {
-                        let bytes: usize = bufs[i..i + n].iter().map(|d| d.len).sum();
-                        self.stats.tx_datagrams += n as u64;
-                        self.stats.tx_bytes += bytes as u64;
-                        if n > 1 {
-                            self.stats.gso_batches += 1;
-                        }
-                        i += n;
-                    }
+                    i += self.count_sent(&bufs[i..], &msgs[..sent]);
                 }
                 // Nothing taken and no error: the rest waits for the next burst.
                 Ok(_) => break,
@@ -835,8 +867,30 @@ impl PacketIo for KernelUdp {
                 // if it were retried; it is dropped below, and QUIC
                 // recovers the loss.)
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                Err(_) if retried_at != Some(i) && self.read_error_queue() > 0 => {
+                Err(e)
+                    if retried_at != Some(i)
+                        && (self.read_error_queue() > 0 || reported_by_icmp(&e)) =>
+                {
                     retried_at = Some(i);
+                }
+                Err(e) if seg.is_some() && gso_refused(&e) && msgs[0] == 1 => {
+                    // A datagram alone refused in a GSO send: older kernels
+                    // check it against the segment size on its own route,
+                    // which may be narrower than the run's (fixed in 2024).
+                    // It goes without GSO; GSO stays on.
+                    match self.send_messages(&bufs[i..], &[1], None) {
+                        Ok(1) => {
+                            self.stats.tx_calls += 1;
+                            i += self.count_sent(&bufs[i..], &[1]);
+                        }
+                        Ok(_) => break,
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                        Err(e) => {
+                            tracing::debug!(local = %self.local, peer = %bufs[i].peer, error = %e, "send failed; dropping");
+                            self.stats.tx_dropped += 1;
+                            i += 1;
+                        }
+                    }
                 }
                 Err(e) if seg.is_some() && gso_refused(&e) => {
                     // The route cannot segment: send one datagram per
