@@ -587,6 +587,8 @@ fn silent_strangers_that_connect_first_do_not_keep_a_rank_out() {
         drive_for(&mut held, Duration::from_secs(10), |s| {
             s.last().is_some_and(|s| s.ep.is_established(s.conn))
         });
+        let last = strangers.last().unwrap();
+        assert!(last.ep.is_established(last.conn), "a stranger's handshake");
     }
     let mut held: Vec<&mut HeldStranger> = strangers.iter_mut().collect();
     drive_for(&mut held, Duration::from_millis(100), |_| false);

@@ -107,14 +107,14 @@ pub fn check_online(lcores: &[u32]) -> Result<()> {
     let online = online_cpus()?;
     if let Some(missing) = lcores.iter().find(|c| !online.contains(c)) {
         return Err(Error::Usage(format!(
-            "lcore {missing} is not an online CPU of this machine (online: {}); choose --lcores among them",
+            "lcore {missing} is not an online CPU of this machine (online: {}); choose the lcores among them",
             format_list(&online)
         )));
     }
     let usable = usable_cpus()?;
     if let Some(barred) = lcores.iter().find(|c| !usable.contains(c)) {
         return Err(Error::Usage(format!(
-            "lcore {barred} is online, but this process may not run on it (its CPU affinity allows {}: a container, cgroup or taskset limits it); choose --lcores among those",
+            "lcore {barred} is online, but this process may not run on it (its CPU affinity allows {}: a container, cgroup or taskset limits it); choose the lcores among those",
             format_list(&usable)
         )));
     }

@@ -878,7 +878,12 @@ impl PacketIo for KernelUdp {
                     // check it against the segment size on its own route,
                     // which may be narrower than the run's (fixed in 2024).
                     // It goes without GSO; GSO stays on.
-                    match self.send_messages(&bufs[i..], &[1], None) {
+                    let mut resent = self.send_messages(&bufs[i..], &[1], None);
+                    if resent.as_ref().is_err_and(reported_by_icmp) {
+                        // An earlier datagram's ICMP error, reported here.
+                        resent = self.send_messages(&bufs[i..], &[1], None);
+                    }
+                    match resent {
                         Ok(1) => {
                             self.stats.tx_calls += 1;
                             i += self.count_sent(&bufs[i..], &[1]);

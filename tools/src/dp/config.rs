@@ -156,9 +156,11 @@ pub fn plan(args: &DpArgs) -> Result<Plan> {
         )));
     }
     if pci.is_some() && vdev.is_some() {
-        return Err(Error::Usage(
-            "give either --pci or --vdev, not both (one port per ainftp-dp)".into(),
-        ));
+        return Err(Error::Usage(format!(
+            "give either {} or {}, not both (one port per ainftp-dp)",
+            from("--pci", args.pci.is_some()),
+            from("--vdev", args.vdev.is_some())
+        )));
     }
     let tap = args
         .tap_iface
@@ -376,12 +378,14 @@ fn ping_plan(args: &DpArgs, file: &FileConfig, rt: &RuntimeConfig) -> Result<Opt
     let count = args.ping_count.or(file.ping_count);
     let interval = args.ping_interval.or(file.ping_interval);
     let Some(target) = args.ping.as_ref().or(file.ping.as_ref()) else {
-        if count.is_some() || interval.is_some() {
-            return Err(Error::Usage(
-                "--ping-count and --ping-interval go with --ping ADDR".into(),
-            ));
-        }
-        return Ok(None);
+        let given = match (count, interval) {
+            (Some(_), _) => origin("--ping-count", args.ping_count.is_some(), args),
+            (_, Some(_)) => origin("--ping-interval", args.ping_interval.is_some(), args),
+            _ => return Ok(None),
+        };
+        return Err(Error::Usage(format!(
+            "{given} goes with a ping address (--ping ADDR, or ping in the config file)"
+        )));
     };
     let ping = origin("--ping", args.ping.is_some(), args);
     let target: Ipv4Addr = target
@@ -605,6 +609,14 @@ arp_reachable = 20.0
             ("ping = \"10.0.0.1\"\nping_count = 0", "ping_count in {} 0"),
             ("stats_period = -1.0", "stats_period in {} -1"),
             ("impair = \"loss=x\"", "impair in {} \"loss=x\""),
+            (
+                "ping_interval = 2.0",
+                "ping_interval in {} goes with a ping address",
+            ),
+            (
+                "vdev = \"net_null0\"\npci = \"0000:3b:00.0\"",
+                "give either pci in {} or vdev in {}, not both",
+            ),
         ];
         for (line, want) in cases {
             std::fs::write(&file, format!("{base}{line}\n")).unwrap();
@@ -782,7 +794,10 @@ arp_reachable = 20.0
             (vec!["--ping", "127.0.0.1"], "not a host address"),
             (vec!["--ping", "10.0.0.255"], "broadcast address"),
             (vec!["--ping", "10.0.0.0"], "network address"),
-            (vec!["--ping-count", "3"], "go with --ping ADDR"),
+            (
+                vec!["--ping-count", "3"],
+                "--ping-count goes with a ping address",
+            ),
             (
                 vec!["--ping", "10.0.0.1", "--ping-count", "0"],
                 "--ping-count 0",
