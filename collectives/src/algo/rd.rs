@@ -73,6 +73,12 @@ impl Layout {
         let hi = lo + (1 << s) - 1;
         self.rank_lo(lo)..self.rank_of(hi) + 1
     }
+    /// The round in which participants `rank` and `peer` are partners, if
+    /// any (a participant has another partner in every round).
+    pub fn round_with(&self, rank: usize, peer: usize) -> Option<u32> {
+        let vid = self.vid(rank);
+        (0..self.rounds).find(|&s| self.rank_of(vid ^ (1 << s)) == peer)
+    }
     fn has_extra(&self, rank: usize) -> bool {
         rank < 2 * self.extras && rank % 2 == 1
     }
@@ -289,12 +295,9 @@ impl Algorithm for Rd {
         }
         // Every chunk once from the folded rank and once per round from
         // that round's partner.
-        let vid = l.vid(ctx.rank);
         let from_extra = l.has_extra(ctx.rank) && peer == ctx.rank - 1;
-        let rounds = (0..l.rounds)
-            .filter(|&s| l.rank_of(vid ^ (1 << s)) == peer)
-            .count();
-        self.chunks * (rounds + usize::from(from_extra))
+        let partner = l.round_with(ctx.rank, peer).is_some();
+        self.chunks * (usize::from(partner) + usize::from(from_extra))
     }
 
     fn sent_on_entry(&self, ctx: &Ctx, peer: usize) -> usize {
@@ -305,8 +308,8 @@ impl Algorithm for Rd {
         // A folded rank sends its data at once, and so does a round-0
         // partner that has no folded rank to wait for.
         let folded = l.has_extra(ctx.rank) && peer == ctx.rank - 1;
-        let partner = l.rank_of(l.vid(ctx.rank) ^ 1);
-        if folded || (peer == partner && !l.has_extra(partner)) {
+        let first_partner = l.round_with(ctx.rank, peer) == Some(0);
+        if folded || (first_partner && !l.has_extra(peer)) {
             self.chunks
         } else {
             0
@@ -501,17 +504,13 @@ impl Algorithm for RdGather {
         if let Some(partner) = l.extra_partner(ctx.rank) {
             return if peer == partner { self.expected } else { 0 };
         }
-        let vid = l.vid(ctx.rank);
         let from_extra = if l.has_extra(ctx.rank) && peer == ctx.rank - 1 {
             self.expected_in[0]
         } else {
             0
         };
-        let rounds: usize = (0..l.rounds)
-            .filter(|&s| l.rank_of(vid ^ (1 << s)) == peer)
-            .map(|s| self.expected_in[1 + s as usize])
-            .sum();
-        from_extra + rounds
+        let round = l.round_with(ctx.rank, peer);
+        from_extra + round.map_or(0, |s| self.expected_in[1 + s as usize])
     }
 
     fn sent_on_entry(&self, ctx: &Ctx, peer: usize) -> usize {
@@ -519,8 +518,7 @@ impl Algorithm for RdGather {
         if ctx.world == 1 || peer == ctx.rank {
             return 0;
         }
-        let chunks_of =
-            |p: usize| num_chunks(&shard_range(self.count, ctx.world, p), ctx.chunk_elems);
+        let chunks_of = shard_chunks(self.count, ctx.world, ctx.chunk_elems);
         // A folded rank sends its own chunks at once.
         if l.has_extra(ctx.rank) && peer == ctx.rank - 1 {
             return chunks_of(peer);
@@ -529,11 +527,10 @@ impl Algorithm for RdGather {
         // from anyone) in each round whose inputs, and all earlier ones,
         // are empty (shards of no elements), and back to its folded rank
         // after the last round if all are.
-        let vid = l.vid(peer);
         let last = if l.extra_partner(ctx.rank) == Some(peer) {
             l.rounds
         } else {
-            match (0..l.rounds).find(|&s| l.rank_of(vid ^ (1 << s)) == ctx.rank) {
+            match l.round_with(peer, ctx.rank) {
                 Some(s) => s,
                 None => return 0,
             }
