@@ -1196,12 +1196,7 @@ impl<B: Datagram> Endpoint<B> {
     /// Close with an application error code; the peer sees `code` and
     /// `reason`. The connection drains, then a `Closed` event follows.
     pub fn close(&mut self, h: ConnHandle, code: u64, reason: &[u8]) -> Result<(), QuicError> {
-        let c = self.conn(h)?;
-        c.close_budget.get_or_insert(CLOSE_DATAGRAMS);
-        match c.q.close(true, code, reason) {
-            Ok(()) | Err(quiche::Error::Done) => Ok(()),
-            Err(e) => Err(e.into()),
-        }
+        app_close(self.conn(h)?, code, reason)
     }
 
     /// Closes every connection not closing already with application code
@@ -1209,8 +1204,7 @@ impl<B: Datagram> Endpoint<B> {
     /// their idle timeout, or never without one).
     pub fn close_all(&mut self, code: u64, reason: &[u8]) {
         for c in self.conns.values_mut().filter(|c| !is_closing(c)) {
-            c.close_budget.get_or_insert(CLOSE_DATAGRAMS);
-            let _ = c.q.close(true, code, reason);
+            let _ = app_close(c, code, reason);
         }
     }
 
@@ -1338,6 +1332,16 @@ fn end_if_stalled(h: u64, c: &mut Conn, now: Instant) -> bool {
     // NO_ERROR: the transport's codes name protocol faults, not this.
     let _ = c.q.close(false, 0x0, b"stalled: no progress");
     true
+}
+
+/// Closes `c` with application code `code`, giving its close
+/// `CLOSE_DATAGRAMS` to go out.
+fn app_close(c: &mut Conn, code: u64, reason: &[u8]) -> Result<(), QuicError> {
+    c.close_budget.get_or_insert(CLOSE_DATAGRAMS);
+    match c.q.close(true, code, reason) {
+        Ok(()) | Err(quiche::Error::Done) => Ok(()),
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// `Conn::refused` of a handshake dropped for a newcomer.
