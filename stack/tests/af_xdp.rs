@@ -9,7 +9,9 @@ use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
 
 use common::*;
 use stack::counters::DropReason;
-use stack::runtime::{Echo, RuntimeConfig, Services};
+use stack::io::dpdk::UdpMbuf;
+use stack::io::Datagram;
+use stack::runtime::{Echo, RuntimeConfig, Services, UdpHandler};
 
 /// veth `ours` stays here for af_xdp; `theirs` goes into namespace `ns`
 /// with `kernel_ip`. Removed on drop. The kernel's veth leaves UDP
@@ -148,4 +150,61 @@ fn the_kernel_learns_our_mac_from_the_gratuitous_arp_at_port_up() {
     );
     assert!(report.total.arp_requests_out >= 1);
     assert_eq!(report.total.arp_replies_out, 0, "nobody asked us anything");
+}
+
+/// Writes the payload's capacity into a reply as large as that capacity.
+struct GrowToCapacity;
+
+impl UdpHandler<UdpMbuf> for GrowToCapacity {
+    fn on_datagram(&mut self, mut d: UdpMbuf, out: &mut Vec<UdpMbuf>) {
+        let capacity = d.capacity();
+        d.set_len(capacity);
+        d.payload_mut()[..4].copy_from_slice(&(capacity as u32).to_be_bytes());
+        out.push(d);
+    }
+}
+
+/// A received datagram grows as far as its capacity says, also when the
+/// frame carried IP options, so that its payload starts later in an mbuf
+/// sized for the MTU's frames (net_af_xdp above 1500 bytes, a NIC's
+/// jumbo frames).
+#[test]
+fn a_received_datagram_grows_to_its_capacity_behind_ip_options() {
+    let eal = eal("0");
+    let (us, kernel) = (Ipv4Addr::new(10, 61, 0, 2), Ipv4Addr::new(10, 61, 0, 1));
+    let veth = VethNs::new(61, kernel);
+    sh(&format!("ip -n {} link set ainfx61b mtu 3000", veth.ns));
+    let mut cfg = RuntimeConfig::new(&format!("net_af_xdp0,iface={}", veth.ours), us, 24);
+    cfg.mtu = Some(3000);
+    let run = Running::start(&eal, &cfg, |_| {
+        let mut s = Services::new();
+        s.listen(7, Box::new(GrowToCapacity));
+        s
+    });
+    // The kernel adds 8 bytes of IP options (NOPs, then end of list).
+    let reply = sh_out(&format!(
+        "ip netns exec {} python3 -c '
+import socket, struct
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.setsockopt(socket.IPPROTO_IP, socket.IP_OPTIONS, bytes([1] * 7 + [0]))
+s.settimeout(0.5)
+for _ in range(10):
+    s.sendto(b\"grow\", (\"{us}\", 7))
+    try:
+        d = s.recv(65536)
+        print(len(d), struct.unpack(\">I\", d[:4])[0])
+        break
+    except socket.timeout:
+        pass
+'",
+        veth.ns
+    ));
+    drop(run.finish());
+    let mut words = reply
+        .split_whitespace()
+        .map(|w| w.parse::<usize>().unwrap());
+    let len = words.next().expect("a reply");
+    let capacity = words.next().expect("its capacity");
+    assert_eq!(len, capacity, "the reply is as long as its capacity said");
+    assert!(capacity > 2900, "a payload near the MTU: {capacity}");
 }

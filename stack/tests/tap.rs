@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use common::*;
 use stack::counters::DropReason;
 use stack::io::dpdk::UdpMbuf;
-use stack::io::Datagram;
+use stack::io::{CountedIo, Datagram, PacketIo};
 use stack::runtime::{
     Echo, PingConfig, PingState, Pinger, RuntimeConfig, Services, ServicesApp, UdpHandler,
 };
@@ -443,4 +443,75 @@ fn on_a_vlan_everything_runs_tagged() {
     assert_eq!(report.total.dropped(DropReason::WrongVlan), 2, "{report:?}");
     assert_eq!(report.total.icmp_echo_replies, 1);
     assert_eq!(report.mbufs_in_use_after_close, 0, "mbuf leak");
+}
+
+/// Frames queued for many unresolved addresses all go when the answers
+/// arrive in one burst: 20 addresses x 16 frames (the per-address queue)
+/// is more than the 256 frames the backend holds for the NIC at once.
+#[test]
+fn frames_queued_for_many_addresses_all_go_when_they_resolve_at_once() {
+    const ADDRESSES: u8 = 20;
+    const PER_ADDRESS: usize = 16;
+    const PORT: u16 = 46363;
+    let eal = eal("0");
+    let us = Ipv4Addr::new(10, 63, 0, 2);
+    let cfg = RuntimeConfig::new("net_tap0,iface=ainftap63", us, 24);
+    let mut stack = stack::runtime::Runtime::start(&eal, &cfg)
+        .expect("runtime starts")
+        .into_inline(PORT)
+        .expect("one lcore");
+    tap_up("ainftap63", Ipv4Addr::new(10, 63, 0, 1), 24);
+    let targets: Vec<Ipv4Addr> = (0..ADDRESSES)
+        .map(|i| Ipv4Addr::new(10, 63, 0, 10 + i))
+        .collect();
+    for ip in &targets {
+        sh(&format!("ip addr add {ip}/24 dev ainftap63"));
+    }
+    // 320 datagrams at once overflow a socket's default receive buffer
+    // (about 200 small ones) while its reader waits for a core.
+    let sock = std::net::UdpSocket::bind(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, PORT)).unwrap();
+    nix::sys::socket::setsockopt(&sock, nix::sys::socket::sockopt::RcvBufForce, &(4 << 20))
+        .expect("SO_RCVBUFFORCE (root)");
+    sock.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut seen = std::collections::BTreeSet::new();
+        let mut buf = [0u8; 64];
+        while let Ok((n, _)) = recv(&sock, &mut buf) {
+            seen.insert(buf[..n].to_vec());
+        }
+        seen
+    });
+
+    let mut out = Vec::new();
+    for (a, ip) in targets.iter().enumerate() {
+        for k in 0..PER_ADDRESS {
+            let mut d = stack.alloc().expect("an mbuf");
+            d.set_len(2);
+            d.payload_mut().copy_from_slice(&[a as u8, k as u8]);
+            d.set_peer(SocketAddrV4::new(*ip, PORT));
+            out.push(d);
+        }
+    }
+    while !out.is_empty() {
+        assert!(stack.send_burst(&mut out) > 0, "the backend takes frames");
+    }
+    // Every ARP reply is in before the stack reads any: one burst.
+    std::thread::sleep(Duration::from_millis(300));
+    let mut got = Vec::new();
+    let until = Instant::now() + Duration::from_secs(1);
+    while Instant::now() < until {
+        stack.recv_burst(&mut got, 64);
+        got.clear();
+        stack.poll(Instant::now());
+    }
+    let seen = reader.join().unwrap();
+    let counters = stack.counters();
+    assert_eq!(counters.dropped(DropReason::TxFull), 0, "{counters:?}");
+    assert_eq!(counters.dropped(DropReason::Unresolved), 0, "{counters:?}");
+    assert_eq!(
+        seen.len(),
+        ADDRESSES as usize * PER_ADDRESS,
+        "the kernel got each frame"
+    );
+    assert_eq!(stack.close(), 0, "mbuf leak");
 }

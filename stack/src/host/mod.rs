@@ -118,9 +118,38 @@ impl<P> Host<P> {
         wire::ETHERNET_HEADER_LEN + if self.cfg.vlan.is_some() { 4 } else { 0 }
     }
 
-    /// Packets released by ARP resolutions since the last call.
-    pub fn take_released(&mut self) -> std::vec::Drain<'_, (EthernetAddress, P)> {
-        self.released.drain(..)
+    /// Up to `max` of the packets whose next hop resolved, oldest first;
+    /// the rest wait for the next call (the caller's tx batch is smaller
+    /// than the ARP queues).
+    pub fn take_released(&mut self, max: usize) -> std::vec::Drain<'_, (EthernetAddress, P)> {
+        let n = max.min(self.released.len());
+        self.released.drain(..n)
+    }
+
+    /// Whether packets whose next hop resolved still wait to be sent.
+    pub fn has_released(&self) -> bool {
+        !self.released.is_empty()
+    }
+
+    /// Moves the packets waiting for addresses another lcore resolved
+    /// since to the released ones.
+    pub fn collect_resolved(&mut self, now: Instant, counters: &mut Counters) {
+        for (mac, packets) in self.neighbours.take_resolved(now) {
+            self.release(mac, packets, counters);
+        }
+    }
+
+    /// Released packets wait for the tx queue, at most `queue_total` of
+    /// them (what the ARP queues hold): past that, with a device that
+    /// takes nothing, they are dropped as `TxFull`.
+    fn release(&mut self, mac: EthernetAddress, packets: Vec<P>, counters: &mut Counters) {
+        for p in packets {
+            if self.released.len() < self.cfg.neighbour.queue_total {
+                self.released.push((mac, p));
+            } else {
+                counters.drop(DropReason::TxFull);
+            }
+        }
     }
 
     /// Decide what `frame` means; may rewrite it in place into a reply.
@@ -180,7 +209,7 @@ impl<P> Host<P> {
             && mac.is_unicast();
         if (for_us || known) && neighbour && !from.is_unspecified() && from != self.cfg.ip {
             let waiting = self.neighbours.learn(from, mac, now);
-            self.released.extend(waiting.into_iter().map(|p| (mac, p)));
+            self.release(mac, waiting, counters);
         }
         if !for_us {
             return if known {
@@ -632,6 +661,33 @@ mod tests {
             h.classify(&mut f, UNKNOWN, Instant::now(), &mut c),
             Verdict::Drop(DropReason::BadChecksum)
         ));
+    }
+
+    /// Packets released by resolutions wait until the caller has room,
+    /// oldest first, and no more than the ARP queues hold in all.
+    #[test]
+    fn released_packets_are_taken_as_room_allows_and_bounded() {
+        let mut cfg = HostConfig::new(US, US_IP, 24);
+        cfg.neighbour.queue_per_addr = 3;
+        cfg.neighbour.queue_total = 4;
+        let mut h: Host<Vec<u8>> = Host::new(Arc::new(cfg), NeighbourTable::new());
+        let mut c = Counters::default();
+        let now = Instant::now();
+        let other = Ipv4Addr::new(10, 0, 0, 10);
+        for (ip, first) in [(PEER_IP, 0u8), (other, 10)] {
+            for k in 0..3 {
+                h.neighbours().enqueue(ip, vec![first + k], now);
+            }
+            // Nothing is taken in between: the second release finds 3 waiting.
+            classify(&mut h, &mut arp_request_for_us(PEER, ip), &mut c);
+        }
+        assert_eq!(c.dropped(DropReason::TxFull), 2, "4 of 6 kept");
+        let first: Vec<u8> = h.take_released(2).map(|(_, p)| p[0]).collect();
+        assert_eq!(first, [0, 1]);
+        assert!(h.has_released());
+        let rest: Vec<u8> = h.take_released(10).map(|(_, p)| p[0]).collect();
+        assert_eq!(rest, [2, 10]);
+        assert!(!h.has_released());
     }
 
     #[test]

@@ -58,12 +58,13 @@ impl Datagram for UdpMbuf {
         self.turnaround = 0;
         let len = len.min(self.capacity as usize);
         let cur = self.mbuf.len();
-        // Both fit: capacity was bounded by the tailroom at allocation.
-        if len > cur {
-            let _ = self.mbuf.append(len - cur);
+        // Both fit: capacity is bounded by the payload's tailroom.
+        let fits = if len > cur {
+            self.mbuf.append(len - cur).is_ok()
         } else {
-            let _ = self.mbuf.trim(cur - len);
-        }
+            self.mbuf.trim(cur - len).is_ok()
+        };
+        debug_assert!(fits, "a datagram's capacity exceeds its mbuf's room");
     }
 
     fn capacity(&self) -> usize {
@@ -308,18 +309,32 @@ impl DpdkIo {
         }
     }
 
+    /// Hold the frames whose next hop resolved (here or on another lcore)
+    /// and hand them to the NIC, a batch's worth at a time: the ARP queues
+    /// hold up to `queue_total` (1024) frames and the batch 256, so many
+    /// resolutions at once overflowed it. What the NIC has no room for
+    /// waits in the host for the next call.
     fn release_resolved(&mut self, now: Instant) {
-        let resolved = self.host.neighbours().take_resolved(now);
-        for (mac, frames) in resolved {
-            for mut m in frames {
-                Host::<Mbuf>::set_dst_mac(m.data_mut(), mac);
-                self.hold(m);
+        self.host.collect_resolved(now, &mut self.counters);
+        while self.host.has_released() {
+            let room = TX_HOLD - self.tx_batch.len();
+            if room == 0 {
+                let held = self.tx_batch.len();
+                self.flush();
+                if self.tx_batch.len() == held {
+                    return;
+                }
+                continue;
             }
-        }
-        let released: Vec<_> = self.host.take_released().collect();
-        for (mac, mut m) in released {
-            Host::<Mbuf>::set_dst_mac(m.data_mut(), mac);
-            self.hold(m);
+            for (mac, mut m) in self.host.take_released(room) {
+                Host::<Mbuf>::set_dst_mac(m.data_mut(), mac);
+                hold(
+                    &mut self.tx_batch,
+                    &mut self.tx_held_bytes,
+                    &mut self.counters,
+                    m,
+                );
+            }
         }
     }
 
@@ -374,11 +389,15 @@ impl DpdkIo {
                     let _ = m.adj(meta.payload_offset);
                     let extra = m.len() - meta.payload_len;
                     let _ = m.trim(extra);
+                    // What the mbuf can grow to behind the payload: a
+                    // frame with IP options starts its payload later.
+                    let capacity =
+                        (*max_payload).clamp(meta.payload_len, meta.payload_len + m.tailroom());
                     out.push(UdpMbuf {
                         mbuf: m,
                         peer: meta.peer,
                         local_port: meta.local_port,
-                        capacity: meta.payload_len.max(*max_payload) as u32,
+                        capacity: capacity as u32,
                         // Headers fit in the headroom's u16 by construction.
                         // Turned-around headers keep their checksums, which
                         // a CsumStatus::None frame does not have.

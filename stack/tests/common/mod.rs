@@ -10,6 +10,7 @@
 //! | subnet | interface | test |
 //! |---|---|---|
 //! | 10.62.0 | ainfrss62 | rss, steering back-off |
+//! | 10.63.0 (and .10 - .29 on the kernel side) | ainftap63 | tap, many addresses resolving at once |
 //! | 10.64.0, 10.65.0 | ainfho64, ainfho65 | quic_handoff |
 //! | 10.66.0 | ainfqs0 | tools perf_quic, server on two lcores |
 //! | 10.67.0 (VLAN 5, no kernel address) | ainftap67 | tap, VLAN |
@@ -31,7 +32,7 @@
 //! | 10.94.0 | ainfq97 | quic_interop, resumption |
 //! | 10.95.0 | ainfq98 | quic_interop, handshake loss |
 //!
-//! Namespaced peers (af_xdp, 10.92.0 in tools perf_quic, the collectives'
+//! Namespaced peers (af_xdp, its jumbo test's 10.61.0, 10.92.0 in tools perf_quic, the collectives'
 //! 10.98.k, quic_kernel_path's routed path 10.60.1 - 10.60.2) and memif
 //! pairs (10.91.0) stay out of the root namespace's routing table.
 #![allow(dead_code)]
