@@ -39,6 +39,11 @@ pub const REORDER_TIMEOUT: Duration = Duration::from_millis(1);
 /// [`Impaired`] stops accepting datagrams while this many released ones wait
 /// for room in the inner backend.
 pub const IMPAIRED_TX_BACKLOG: usize = 4096;
+/// [`Impaired`] accepts datagrams while fewer copies than this wait in its
+/// delay queue: a link's queue, so that a long delay at a high rate holds
+/// the sender back instead of growing without bound (16384 full-size
+/// datagrams are 24 MB; at a 10 ms delay that is 1.6 M datagrams/s).
+pub const IMPAIRED_MAX_DELAYED: usize = 16384;
 
 /// What an [`Impairment`] does to traffic. `Default` is a perfect link.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
@@ -248,7 +253,8 @@ pub struct ImpairStats {
     pub dropped: u64,
     /// Packets sent twice.
     pub duplicated: u64,
-    /// Copies held back for reordering.
+    /// Copies held back for reordering that left after a later copy (one
+    /// that nothing overtook before its timeout left in order).
     pub reordered: u64,
     /// Copies with one bit flipped.
     pub corrupted: u64,
@@ -307,6 +313,10 @@ pub enum Verdict {
 struct Entry<T> {
     release: Instant,
     seq: u64,
+    /// When the item came (its place in the order items were offered): a
+    /// held item keeps its place while it waits.
+    order: u64,
+    held: bool,
     item: T,
 }
 
@@ -331,6 +341,7 @@ struct HeldEntry<T> {
     release: Instant,
     deadline: Instant,
     remaining: u32,
+    order: u64,
     item: T,
 }
 
@@ -341,6 +352,10 @@ pub struct DelayQueue<T> {
     heap: BinaryHeap<Reverse<Entry<T>>>,
     held: Vec<HeldEntry<T>>,
     seq: u64,
+    /// The latest-offered item that has left, by `Entry::order`.
+    latest_left: Option<u64>,
+    /// Held items that left after an item offered later than them.
+    overtaken: u64,
 }
 
 impl<T> Default for DelayQueue<T> {
@@ -355,25 +370,38 @@ impl<T> DelayQueue<T> {
             heap: BinaryHeap::new(),
             held: Vec::new(),
             seq: 0,
+            latest_left: None,
+            overtaken: 0,
         }
     }
 
-    fn insert(&mut self, release: Instant, item: T) {
-        let seq = self.seq;
+    fn next_seq(&mut self) -> u64 {
         self.seq += 1;
-        self.heap.push(Reverse(Entry { release, seq, item }));
+        self.seq - 1
+    }
+
+    fn insert(&mut self, release: Instant, order: u64, held: bool, item: T) {
+        let seq = self.next_seq();
+        self.heap.push(Reverse(Entry {
+            release,
+            seq,
+            order,
+            held,
+            item,
+        }));
     }
 
     /// Queue `item` to leave at `release`. It overtakes held items: each
     /// counts it, and one whose count is reached is queued right behind it.
     pub fn push(&mut self, release: Instant, item: T) {
-        self.insert(release, item);
+        let order = self.seq;
+        self.insert(release, order, false, item);
         let mut i = 0;
         while i < self.held.len() {
             self.held[i].remaining -= 1;
             if self.held[i].remaining == 0 {
                 let h = self.held.remove(i);
-                self.insert(h.release.max(release), h.item);
+                self.insert(h.release.max(release), h.order, true, h.item);
             } else {
                 i += 1;
             }
@@ -383,10 +411,12 @@ impl<T> DelayQueue<T> {
     /// Hold `item` back until `overtakers` (at least 1) later items have been
     /// pushed, or until `release + REORDER_TIMEOUT`.
     pub fn push_held(&mut self, release: Instant, overtakers: u32, item: T) {
+        let order = self.next_seq();
         self.held.push(HeldEntry {
             release,
             deadline: release + REORDER_TIMEOUT,
             remaining: overtakers.max(1),
+            order,
             item,
         });
     }
@@ -398,7 +428,7 @@ impl<T> DelayQueue<T> {
         while i < self.held.len() {
             if self.held[i].deadline <= now {
                 let h = self.held.remove(i);
-                self.insert(h.deadline, h.item);
+                self.insert(h.deadline, h.order, true, h.item);
             } else {
                 i += 1;
             }
@@ -406,6 +436,10 @@ impl<T> DelayQueue<T> {
         let mut n = 0;
         while self.heap.peek().is_some_and(|e| e.0.release <= now) {
             if let Some(Reverse(e)) = self.heap.pop() {
+                if e.held && self.latest_left.is_some_and(|o| o > e.order) {
+                    self.overtaken += 1;
+                }
+                self.latest_left = self.latest_left.max(Some(e.order));
                 out.push(e.item);
                 n += 1;
             }
@@ -425,6 +459,13 @@ impl<T> DelayQueue<T> {
 
     pub fn len(&self) -> usize {
         self.heap.len() + self.held.len()
+    }
+
+    /// Held items that left after an item that came later than them: the
+    /// reorderings that happened (a held item nothing overtook before its
+    /// timeout left in its place).
+    pub fn overtaken(&self) -> u64 {
+        self.overtaken
     }
 
     pub fn is_empty(&self) -> bool {
@@ -505,10 +546,7 @@ impl<T: ImpairPayload> Impairment<T> {
             }
         }
         match fate.held_for {
-            Some(n) => {
-                self.stats.reordered += 1;
-                self.queue.push_held(fate.release, n, pkt);
-            }
+            Some(n) => self.queue.push_held(fate.release, n, pkt),
             None => self.queue.push(fate.release, pkt),
         }
     }
@@ -556,6 +594,7 @@ impl<T: ImpairPayload> Impairment<T> {
     pub fn release(&mut self, now: Instant, out: &mut Vec<T>) -> usize {
         let n = self.queue.release(now, out);
         self.stats.delivered += n as u64;
+        self.stats.reordered = self.queue.overtaken();
         n
     }
 }
@@ -575,7 +614,8 @@ impl<M: Clone> Impairment<Packet<M>> {
 /// then go to the inner backend at once, later ones on the `poll` at or after
 /// their release time. Released copies the inner backend has no room for wait
 /// and are retried on the next call; while [`IMPAIRED_TX_BACKLOG`] wait,
-/// `send_burst` accepts nothing.
+/// `send_burst` accepts nothing, and it accepts no more datagrams than the
+/// delay queue has room for below [`IMPAIRED_MAX_DELAYED`].
 pub struct Impaired<P: PacketIo> {
     inner: P,
     impair: Impairment<P::Buf>,
@@ -647,9 +687,10 @@ impl<P: PacketIo> PacketIo for Impaired<P> {
                 return 0;
             }
         }
-        let n = bufs.len();
+        let room = IMPAIRED_MAX_DELAYED.saturating_sub(self.impair.pending());
+        let n = bufs.len().min(room);
         let inner = &mut self.inner;
-        for buf in bufs.drain(..) {
+        for buf in bufs.drain(..n) {
             self.impair.offer(buf, self.now, |b| {
                 let mut copy = inner.alloc()?;
                 let len = b.payload().len();
@@ -747,6 +788,40 @@ mod tests {
                 1472
             }
         }
+    }
+
+    /// With a long delay the queue fills to its bound and the sender is
+    /// held back (datagrams stay with it) until copies leave.
+    #[test]
+    fn a_full_delay_queue_holds_the_sender_back() {
+        let peer: std::net::SocketAddrV4 = "10.0.0.9:4433".parse().unwrap();
+        let delay = Duration::from_secs(1);
+        let cfg = ImpairConfig {
+            delay,
+            ..Default::default()
+        };
+        let mut io = Impaired::new(NarrowTo(peer), cfg).unwrap();
+        let start = Instant::now();
+        io.poll(start);
+        let mut accepted = 0;
+        for _ in 0..(IMPAIRED_MAX_DELAYED / 1000 + 2) {
+            let mut bufs: Vec<_> = (0..1000).map(|_| io.alloc().unwrap()).collect();
+            let took = io.send_burst(&mut bufs);
+            assert_eq!(
+                bufs.len(),
+                1000 - took,
+                "refused datagrams stay with the caller"
+            );
+            accepted += took;
+        }
+        assert_eq!(
+            (accepted, io.pending()),
+            (IMPAIRED_MAX_DELAYED, IMPAIRED_MAX_DELAYED)
+        );
+        io.poll(start + delay);
+        assert_eq!(io.pending(), 0, "all left after the delay");
+        let mut bufs: Vec<_> = (0..10).map(|_| io.alloc().unwrap()).collect();
+        assert_eq!(io.send_burst(&mut bufs), 10);
     }
 
     /// The wrapper passes on the inner backend's route sizes: with the
@@ -897,6 +972,31 @@ mod tests {
         assert_eq!(out.len(), 4);
         q.release(t + REORDER_TIMEOUT, &mut out);
         assert_eq!(out, [1, 2, 0, 3, 4]);
+        // 0 left behind two later items; 4 timed out with nothing behind it.
+        assert_eq!(q.overtaken(), 1);
+    }
+
+    /// A held item counts as reordered only when a later one left first:
+    /// one that times out before anything later comes left in its place.
+    #[test]
+    fn only_held_items_that_something_overtook_count_as_reordered() {
+        let t = t0();
+        let mut q = DelayQueue::new();
+        let mut out = Vec::new();
+        q.push_held(t, 1, "alone");
+        q.release(t + REORDER_TIMEOUT, &mut out);
+        q.push(t + REORDER_TIMEOUT, "next");
+        q.release(t + REORDER_TIMEOUT, &mut out);
+        assert_eq!(out, ["alone", "next"]);
+        assert_eq!(q.overtaken(), 0);
+        // Overtaken by an item due later than its own timeout: it waits
+        // for it, and leaves behind it.
+        let late = t + REORDER_TIMEOUT * 10;
+        q.push_held(t, 1, "held");
+        q.push(late, "later");
+        q.release(late, &mut out);
+        assert_eq!(out[2..], ["later", "held"]);
+        assert_eq!(q.overtaken(), 1);
     }
 
     #[test]
