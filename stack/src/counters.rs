@@ -43,10 +43,14 @@ pub enum DropReason {
     /// A frame received in several mbufs: the stack handles single-segment
     /// packets only (size the pool for the MTU: `RuntimeConfig::mtu`).
     Segmented,
+    /// A source no host can have (broadcast, multicast, 0.0.0.0, loopback,
+    /// our own address, a group MAC, UDP port 0): RFC 1122 discards them,
+    /// and a reply would go to every host on the link or to none.
+    BadSource,
 }
 
 impl DropReason {
-    pub const ALL: [DropReason; 18] = [
+    pub const ALL: [DropReason; 19] = [
         DropReason::Truncated,
         DropReason::Malformed,
         DropReason::BadChecksum,
@@ -65,6 +69,7 @@ impl DropReason {
         DropReason::Impaired,
         DropReason::SendError,
         DropReason::Segmented,
+        DropReason::BadSource,
     ];
     pub const COUNT: usize = Self::ALL.len();
 
@@ -88,6 +93,7 @@ impl DropReason {
             DropReason::Impaired => "impaired",
             DropReason::SendError => "send_error",
             DropReason::Segmented => "segmented",
+            DropReason::BadSource => "bad_source",
         }
     }
 }

@@ -160,8 +160,9 @@ impl<P> Host<P> {
         now: Instant,
         counters: &mut Counters,
     ) -> Verdict {
-        let (dst, vlan, ethertype, l2_len) = match EthernetFrame::new_checked(&frame[..]) {
+        let (src, dst, vlan, ethertype, l2_len) = match EthernetFrame::new_checked(&frame[..]) {
             Ok(eth) => (
+                eth.src_addr(),
                 eth.dst_addr(),
                 eth.vlan_id(),
                 eth.ethertype(),
@@ -171,6 +172,10 @@ impl<P> Host<P> {
         };
         if dst != self.cfg.mac && !dst.is_broadcast() {
             return Verdict::Drop(DropReason::ForeignMac);
+        }
+        // Replies go back to the source MAC: a group one would flood them.
+        if !src.is_unicast() {
+            return Verdict::Drop(DropReason::BadSource);
         }
         if vlan != self.cfg.vlan {
             return Verdict::Drop(DropReason::WrongVlan);
@@ -221,6 +226,10 @@ impl<P> Host<P> {
         if repr.operation != ArpOperation::Request {
             return Verdict::Consumed;
         }
+        // The reply goes to the sender's hardware address.
+        if !repr.source_hardware_addr.is_unicast() {
+            return Verdict::Drop(DropReason::BadSource);
+        }
         counters.arp_requests_in += 1;
         let reply = ArpRepr {
             operation: ArpOperation::Reply,
@@ -261,6 +270,9 @@ impl<P> Host<P> {
         if dst != self.cfg.ip {
             return Verdict::Drop(DropReason::NotForUs);
         }
+        if self.is_martian(src) {
+            return Verdict::Drop(DropReason::BadSource);
+        }
         let l4 = l2_len + l3_len;
         match protocol {
             IP_PROTO_UDP => {
@@ -277,6 +289,10 @@ impl<P> Host<P> {
                 if !udp_ok {
                     return Verdict::Drop(DropReason::BadChecksum);
                 }
+                // Port 0 cannot be answered (RFC 768: "no reply port").
+                if udp.src_port() == 0 {
+                    return Verdict::Drop(DropReason::BadSource);
+                }
                 counters.udp_in += 1;
                 Verdict::Udp(UdpMeta {
                     payload_offset: l4 + wire::UDP_HEADER_LEN,
@@ -288,6 +304,17 @@ impl<P> Host<P> {
             IP_PROTO_ICMP => self.on_icmp(frame, l2_len, counters),
             _ => Verdict::Drop(DropReason::UnsupportedProtocol),
         }
+    }
+
+    /// A source address no host on the link can have (RFC 1122 3.2.1.3):
+    /// answering it would flood the link (broadcast), reach a group, or
+    /// loop back to us.
+    fn is_martian(&self, src: Ipv4Addr) -> bool {
+        src.is_unspecified()
+            || src.is_loopback()
+            || src.is_multicast()
+            || self.cfg.is_broadcast(src)
+            || src == self.cfg.ip
     }
 
     /// Echo requests become replies in place: addresses swapped, type 0,
@@ -550,8 +577,12 @@ mod tests {
     }
 
     fn ipv4(protocol: u8, l4: &[u8]) -> Vec<u8> {
+        ipv4_from(PEER_IP, protocol, l4)
+    }
+
+    fn ipv4_from(src: Ipv4Addr, protocol: u8, l4: &[u8]) -> Vec<u8> {
         let repr = Ipv4Repr {
-            src_addr: PEER_IP,
+            src_addr: src,
             dst_addr: US_IP,
             protocol,
             payload_len: l4.len(),
@@ -566,21 +597,92 @@ mod tests {
     }
 
     fn udp(payload: &[u8], dst_port: u16) -> Vec<u8> {
+        udp_from(SocketAddrV4::new(PEER_IP, 5555), payload, dst_port)
+    }
+
+    fn udp_from(src: SocketAddrV4, payload: &[u8], dst_port: u16) -> Vec<u8> {
         let mut u = vec![0u8; 8 + payload.len()];
         u[8..].copy_from_slice(payload);
         UdpRepr {
-            src_port: 5555,
+            src_port: src.port(),
             dst_port,
         }
         .emit(
             &mut u,
             payload.len(),
-            PEER_IP,
+            *src.ip(),
             US_IP,
             ChecksumMode::Software,
         )
         .unwrap();
         u
+    }
+
+    fn echo_request() -> Vec<u8> {
+        let req = Icmpv4Repr::EchoRequest {
+            ident: 7,
+            seq_no: 3,
+            data: b"abcdefgh0123456789",
+        };
+        let mut icmp = vec![0u8; req.buffer_len()];
+        req.emit(&mut icmp).unwrap();
+        icmp
+    }
+
+    /// Nothing from a source no host can have is delivered or answered:
+    /// a reply would flood the link, reach a group, or come back to us.
+    #[test]
+    fn datagrams_and_pings_from_impossible_sources_are_dropped() {
+        let mut h = host();
+        let mut c = Counters::default();
+        let martians = [
+            Ipv4Addr::UNSPECIFIED,
+            Ipv4Addr::LOCALHOST,
+            Ipv4Addr::new(224, 0, 0, 5),
+            Ipv4Addr::BROADCAST,
+            Ipv4Addr::new(10, 0, 0, 255),
+            US_IP,
+        ];
+        for src in martians {
+            let from = SocketAddrV4::new(src, 5555);
+            for mut f in [
+                eth(
+                    US,
+                    ether_type::IPV4,
+                    None,
+                    &ipv4_from(src, 17, &udp_from(from, b"x", 7)),
+                ),
+                eth(
+                    US,
+                    ether_type::IPV4,
+                    None,
+                    &ipv4_from(src, 1, &echo_request()),
+                ),
+            ] {
+                let v = classify(&mut h, &mut f, &mut c);
+                assert_eq!(v, Verdict::Drop(DropReason::BadSource), "from {src}");
+            }
+        }
+        let port_zero = udp_from(SocketAddrV4::new(PEER_IP, 0), b"x", 7);
+        let mut f = eth(US, ether_type::IPV4, None, &ipv4(17, &port_zero));
+        assert_eq!(
+            classify(&mut h, &mut f, &mut c),
+            Verdict::Drop(DropReason::BadSource)
+        );
+        // A group source MAC, on an otherwise good ping.
+        let mut f = eth(US, ether_type::IPV4, None, &ipv4(1, &echo_request()));
+        f[6] |= 1;
+        assert_eq!(
+            classify(&mut h, &mut f, &mut c),
+            Verdict::Drop(DropReason::BadSource)
+        );
+        assert_eq!((c.udp_in, c.icmp_echo_replies), (0, 0));
+        // The same from a host's address is delivered and answered.
+        let mut f = eth(US, ether_type::IPV4, None, &ipv4(1, &echo_request()));
+        assert!(matches!(
+            classify(&mut h, &mut f, &mut c),
+            Verdict::Reply { .. }
+        ));
     }
 
     fn classify(h: &mut Host<Vec<u8>>, f: &mut [u8], c: &mut Counters) -> Verdict {
@@ -691,7 +793,7 @@ mod tests {
     }
 
     #[test]
-    fn arp_from_outside_the_subnet_or_from_a_group_address_is_answered_but_not_learned() {
+    fn arp_from_outside_the_subnet_is_answered_and_from_a_group_address_dropped_none_learned() {
         let mut h = host();
         let mut c = Counters::default();
         let senders = [
@@ -703,7 +805,12 @@ mod tests {
         ];
         for (mac, ip) in senders {
             let mut f = arp_request_for_us(mac, ip);
-            classify(&mut h, &mut f, &mut c);
+            let v = classify(&mut h, &mut f, &mut c);
+            match mac.is_unicast() {
+                true => assert!(matches!(v, Verdict::Reply { .. }), "{mac} {ip}: {v:?}"),
+                // Its reply would go to the group.
+                false => assert_eq!(v, Verdict::Drop(DropReason::BadSource), "{mac} {ip}"),
+            }
             assert_eq!(
                 h.neighbours().lookup(ip, Instant::now()),
                 None,
@@ -717,15 +824,7 @@ mod tests {
     fn echo_request_becomes_a_valid_echo_reply_in_place() {
         let mut h = host();
         let mut c = Counters::default();
-        let data = b"abcdefgh0123456789";
-        let req = Icmpv4Repr::EchoRequest {
-            ident: 7,
-            seq_no: 3,
-            data,
-        };
-        let mut icmp = vec![0u8; req.buffer_len()];
-        req.emit(&mut icmp).unwrap();
-        let mut f = eth(US, ether_type::IPV4, None, &ipv4(1, &icmp));
+        let mut f = eth(US, ether_type::IPV4, None, &ipv4(1, &echo_request()));
         let Verdict::Reply { len } = classify(&mut h, &mut f, &mut c) else {
             panic!("no reply");
         };
@@ -741,7 +840,7 @@ mod tests {
             Icmpv4Repr::EchoReply {
                 ident: 7,
                 seq_no: 3,
-                data
+                data: b"abcdefgh0123456789"
             }
         );
         assert_eq!(c.icmp_echo_replies, 1);
