@@ -515,3 +515,37 @@ fn frames_queued_for_many_addresses_all_go_when_they_resolve_at_once() {
     );
     assert_eq!(stack.close(), 0, "mbuf leak");
 }
+
+/// An lcore that only answers pings is working: with the adaptive idle
+/// policy it must not nap between them (100 us at a time, on every poll
+/// once it has been idle for a while), which held up every reply.
+#[test]
+fn an_lcore_answering_a_ping_flood_does_not_nap() {
+    let eal = eal("0");
+    let (us, kernel) = (Ipv4Addr::new(10, 59, 0, 2), Ipv4Addr::new(10, 59, 0, 1));
+    let mut cfg = RuntimeConfig::new("net_tap0,iface=ainftap59", us, 24);
+    cfg.idle = stack::runtime::IdlePolicy::Adaptive;
+    let run = Running::start(&eal, &cfg, |_| Services::new());
+    tap_up("ainftap59", kernel, 24);
+    let first = sh_out(&format!("ping -c 1 -W 2 {us}"));
+    assert!(
+        first.contains("1 received"),
+        "ARP resolved both ways:\n{first}"
+    );
+    let naps = || run.counters[0].snapshot().idle_naps;
+    let idle_from = naps();
+    std::thread::sleep(Duration::from_secs(1));
+    let idle = naps() - idle_from;
+    // A flood: the next request as soon as a reply comes.
+    let busy_from = naps();
+    let flood = sh_out(&format!("ping -f -q -w 1 {us}"));
+    let busy = naps() - busy_from;
+    let report = run.finish();
+    eprintln!("{idle} naps in an idle second, {busy} in a second of flood ping:\n{flood}");
+    assert!(idle > 1000, "an idle loop naps: {idle} in a second");
+    assert!(report.total.icmp_echo_replies > 1000, "{flood}");
+    assert!(
+        busy * 4 < idle,
+        "napped {busy} times in a second of answering pings, {idle} when idle"
+    );
+}

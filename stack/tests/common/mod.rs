@@ -9,6 +9,7 @@
 //!
 //! | subnet | interface | test |
 //! |---|---|---|
+//! | 10.59.0 | ainftap59 | tap, back-off while answering pings |
 //! | 10.62.0 | ainfrss62 | rss, steering back-off |
 //! | 10.63.0 (and .10 - .29 on the kernel side) | ainftap63 | tap, many addresses resolving at once |
 //! | 10.64.0, 10.65.0 | ainfho64, ainfho65 | quic_handoff |
