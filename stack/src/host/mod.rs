@@ -177,7 +177,9 @@ impl<P> Host<P> {
         if !src.is_unicast() {
             return Verdict::Drop(DropReason::BadSource);
         }
-        if vlan != self.cfg.vlan {
+        // VLAN id 0 is a priority tag, not a VLAN (802.1Q): frames from
+        // hosts or switches that tag for priority are for the untagged LAN.
+        if vlan.filter(|&id| id != 0) != self.cfg.vlan {
             return Verdict::Drop(DropReason::WrongVlan);
         }
         match ethertype {
@@ -512,19 +514,24 @@ impl<P> Host<P> {
     /// swapped, our TTL. Swapping keeps both checksums valid (the sums do
     /// not depend on word order); the TTL change is applied incrementally.
     pub fn turn_around(&self, frame: &mut [u8]) {
-        let l2 = self.eth_header_len();
+        // The received header: a priority-tagged frame keeps its tag.
         let mut eth = EthernetFrame::new_unchecked(&mut frame[..]);
+        let l2 = eth.header_len();
         let sender = eth.src_addr();
         eth.set_dst_addr(sender);
         eth.set_src_addr(self.cfg.mac);
         let mut ip = Ipv4Packet::new_unchecked(&mut frame[l2..]);
         let l3 = ip.header_len();
-        let old = u16::from_be_bytes([ip.ttl(), ip.protocol()]);
-        let new = u16::from_be_bytes([self.cfg.ttl, ip.protocol()]);
+        let old_ttl = u16::from_be_bytes([ip.ttl(), ip.protocol()]);
+        let new_ttl = u16::from_be_bytes([self.cfg.ttl, ip.protocol()]);
+        let udp_len = UdpPacket::new_unchecked(&ip.payload_mut()[..]).len();
+        // Bytes a sender put after the UDP datagram are not sent back.
+        let (old_len, new_len) = (ip.total_len(), l3 as u16 + udp_len);
         ip.swap_addrs();
         ip.set_ttl(self.cfg.ttl);
-        let sum = wire::checksum::update(ip.checksum(), old, new);
-        ip.set_checksum(sum);
+        ip.set_total_len(new_len);
+        let sum = wire::checksum::update(ip.checksum(), old_ttl, new_ttl);
+        ip.set_checksum(wire::checksum::update(sum, old_len, new_len));
         UdpPacket::new_unchecked(&mut frame[l2 + l3..]).swap_ports();
     }
 
@@ -951,33 +958,83 @@ mod tests {
         }
     }
 
+    /// Also for a priority-tagged frame (VLAN id 0, kept in the reply) and
+    /// one whose IP packet carries bytes after the UDP datagram (not sent
+    /// back: the reply's IP length is the datagram's).
     #[test]
     fn a_frame_turned_around_is_a_valid_reply_to_its_sender() {
-        let mut h = host();
-        let mut c = Counters::default();
-        let mut f = eth(US, ether_type::IPV4, None, &ipv4(17, &udp(b"ping", 7)));
-        // A TTL other than ours, so the incremental update is exercised.
-        {
-            let mut ip = Ipv4Packet::new_unchecked(&mut f[14..]);
-            ip.set_ttl(3);
-            ip.fill_checksum();
+        for (tag, trailing) in [(None, 0), (Some(0), 0), (None, 5), (Some(0), 3)] {
+            let case = format!("tag {tag:?}, {trailing} trailing bytes");
+            let mut h = host();
+            let mut c = Counters::default();
+            let mut l4 = udp(b"ping", 7);
+            l4.extend(std::iter::repeat_n(0xee, trailing));
+            let mut f = eth(US, ether_type::IPV4, tag, &ipv4(17, &l4));
+            let l2 = EthernetFrame::new_checked(&f[..]).unwrap().header_len();
+            // A TTL other than ours, so the incremental update is exercised.
+            {
+                let mut ip = Ipv4Packet::new_unchecked(&mut f[l2..]);
+                ip.set_ttl(3);
+                ip.fill_checksum();
+            }
+            let Verdict::Udp(meta) = classify(&mut h, &mut f, &mut c) else {
+                panic!("{case}: not delivered");
+            };
+            assert_eq!(
+                &f[meta.payload_offset..][..meta.payload_len],
+                b"ping",
+                "{case}"
+            );
+            // What the backend sends: the headers and the payload.
+            f.truncate(meta.payload_offset + meta.payload_len);
+            h.turn_around(&mut f);
+            let frame = EthernetFrame::new_checked(&f[..]).unwrap();
+            assert_eq!((frame.dst_addr(), frame.src_addr()), (PEER, US), "{case}");
+            assert_eq!(frame.vlan_id(), tag, "{case}");
+            let ip = Ipv4Packet::new_checked(frame.payload()).unwrap();
+            assert!(
+                ip.verify_checksum(),
+                "{case}: IPv4 checksum after the TTL change"
+            );
+            assert_eq!(ip.total_len() as usize, frame.payload().len(), "{case}");
+            assert_eq!(
+                (ip.src_addr(), ip.dst_addr(), ip.ttl()),
+                (US_IP, PEER_IP, 64),
+                "{case}"
+            );
+            let udp = UdpPacket::new_checked(ip.payload()).unwrap();
+            assert!(udp.verify_checksum(US_IP, PEER_IP), "{case}");
+            assert_eq!(
+                (udp.src_port(), udp.dst_port(), udp.payload()),
+                (7, 5555, &b"ping"[..]),
+                "{case}"
+            );
         }
-        assert!(matches!(classify(&mut h, &mut f, &mut c), Verdict::Udp(_)));
-        h.turn_around(&mut f);
-        let frame = EthernetFrame::new_checked(&f[..]).unwrap();
-        assert_eq!((frame.dst_addr(), frame.src_addr()), (PEER, US));
-        let ip = Ipv4Packet::new_checked(frame.payload()).unwrap();
-        assert!(ip.verify_checksum(), "IPv4 checksum after the TTL change");
-        assert_eq!(
-            (ip.src_addr(), ip.dst_addr(), ip.ttl()),
-            (US_IP, PEER_IP, 64)
-        );
-        let udp = UdpPacket::new_checked(ip.payload()).unwrap();
-        assert!(udp.verify_checksum(US_IP, PEER_IP));
-        assert_eq!(
-            (udp.src_port(), udp.dst_port(), udp.payload()),
-            (7, 5555, &b"ping"[..])
-        );
+    }
+
+    /// Priority-tagged frames (VLAN id 0) are for the untagged LAN; a host
+    /// on a VLAN takes its own tag only.
+    #[test]
+    fn priority_tagged_frames_are_taken_as_untagged() {
+        let mut c = Counters::default();
+        let mut f = eth(US, ether_type::IPV4, Some(0), &ipv4(1, &echo_request()));
+        assert!(matches!(
+            classify(&mut host(), &mut f, &mut c),
+            Verdict::Reply { .. }
+        ));
+        let mut f = eth(US, ether_type::IPV4, Some(0), &ipv4(17, &udp(b"x", 7)));
+        assert!(matches!(
+            classify(&mut host(), &mut f, &mut c),
+            Verdict::Udp(_)
+        ));
+        let mut cfg = HostConfig::new(US, US_IP, 24);
+        cfg.vlan = Some(5);
+        let mut on_vlan: Host<Vec<u8>> = Host::new(Arc::new(cfg), NeighbourTable::new());
+        for tag in [None, Some(0), Some(6)] {
+            let mut f = eth(US, ether_type::IPV4, tag, &ipv4(17, &udp(b"x", 7)));
+            let v = classify(&mut on_vlan, &mut f, &mut c);
+            assert_eq!(v, Verdict::Drop(DropReason::WrongVlan), "{tag:?}");
+        }
     }
 
     #[test]

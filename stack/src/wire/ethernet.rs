@@ -1,8 +1,9 @@
 //! Ethernet II frames, with at most one 802.1Q tag.
 //!
 //! One tag covers the deployments this stack targets (a VLAN per tenant on a
-//! trunk port). A second tag (QinQ) is not unwrapped: `ethertype` then reports
-//! 0x8100 and the frame is dropped upstream as an unknown protocol.
+//! trunk port). A second tag (QinQ) is not unwrapped: `vlan_id` is the outer
+//! tag's and `ethertype` reports 0x8100, so the host drops the frame as of a
+//! foreign VLAN, or as an unsupported EtherType when the outer id is its own.
 
 use core::fmt;
 use core::str::FromStr;
