@@ -40,7 +40,7 @@ if [ ! -x "$DP" ] || [ ! -x "$PERF" ]; then
 fi
 command -v "$TESTPMD" >/dev/null || { echo "bench-stack: $TESTPMD not found; run scripts/setup-host.sh" >&2; exit 1; }
 
-# 64 UDP flows 10.99.0.1:(1000+i) -> 10.99.0.2:7, 60-byte frames, valid
+# 64 UDP flows 10.99.0.1:(10000+i) -> 10.99.0.2:7, 60-byte frames, valid
 # checksums, addressed to the MAC ainftp-dp is given.
 python3 - "$WORK/flows.pcap" <<'PY'
 import struct, sys
@@ -55,7 +55,7 @@ for i in range(64):
     payload = bytes(range(18))
     udp_len = 8 + len(payload)
     pseudo = src + dst + struct.pack('!BBH', 0, 17, udp_len)
-    udp = struct.pack('!HHHH', 1000 + i, 7, udp_len, 0) + payload
+    udp = struct.pack("!HHHH", 10000 + i, 7, udp_len, 0) + payload
     uc = csum(pseudo + udp) or 0xffff
     udp = udp[:6] + struct.pack('!H', uc) + udp[8:]
     ip = struct.pack('!BBHHHBBH4s4s', 0x45, 0, 20 + udp_len, i, 0x4000, 64, 17, 0, src, dst)
@@ -99,7 +99,7 @@ GEN_MAC=$(cat /sys/class/net/bench-xb/address)
 generator() {
     timeout -s INT $((DURATION + 6)) "$TESTPMD" -l 0-1 --main-lcore 1 --no-pci --in-memory --log-level='*:warning' \
         --vdev net_af_xdp1,iface=bench-xb -- --forward-mode=txonly --nb-cores=1 --stats-period 1 \
-        --eth-peer=0,02:00:00:00:00:02 --tx-ip=10.97.0.1,10.97.0.2 --tx-udp=1000,7 >/dev/null 2>&1 &
+        --eth-peer=0,02:00:00:00:00:02 --tx-ip=10.97.0.1,10.97.0.2 --tx-udp=10000,7 >/dev/null 2>&1 &
     gen=$!
 }
 : >"$WORK/tpx.rates"; : >"$WORK/dpx.rates"

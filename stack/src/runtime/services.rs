@@ -21,16 +21,26 @@ pub trait UdpHandler<B: Datagram>: Send {
 
 /// Sends every datagram back to where it came from, in the same buffer:
 /// a received datagram's peer and local port are already the reply's
-/// destination and source.
+/// destination and source. Datagrams from ports below 1024 are dropped
+/// unanswered (as inetd's echo does): one datagram with a forged source,
+/// another host's echo or discard port, would otherwise bounce between
+/// the two services for ever.
 #[derive(Debug, Default)]
 pub struct Echo;
 
+/// Source ports Echo answers: services listen below, clients send from
+/// above.
+const FIRST_CLIENT_PORT: u16 = 1024;
+
 impl<B: Datagram> UdpHandler<B> for Echo {
     fn on_datagram(&mut self, d: B, out: &mut Vec<B>) {
-        out.push(d);
+        if d.peer().port() >= FIRST_CLIENT_PORT {
+            out.push(d);
+        }
     }
 
     fn on_burst(&mut self, rx: &mut Vec<B>, out: &mut Vec<B>) {
+        rx.retain(|d| d.peer().port() >= FIRST_CLIENT_PORT);
         out.append(rx);
     }
 }
@@ -119,8 +129,28 @@ mod tests {
         d.set_len(1);
         d.payload_mut()[0] = tag;
         d.set_local_port(port);
-        d.set_peer(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 9));
+        d.set_peer(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 40009));
         d
+    }
+
+    /// A datagram "from" another echo service is not answered, alone or in
+    /// a burst: the two would bounce it for ever.
+    #[test]
+    fn echo_answers_client_ports_only() {
+        let mut out = Vec::new();
+        let from = |port, tag| {
+            let mut d = datagram(7, tag);
+            d.set_peer(SocketAddrV4::new(Ipv4Addr::LOCALHOST, port));
+            d
+        };
+        let mut rx = vec![from(7, 0), from(1024, 1), from(19, 2), from(65535, 3)];
+        Echo.on_burst(&mut rx, &mut out);
+        for (port, tag) in [(9, 4), (40000, 5)] {
+            Echo.on_datagram(from(port, tag), &mut out);
+        }
+        let echoed: Vec<u8> = out.iter().map(|d| d.payload()[0]).collect();
+        assert_eq!(echoed, [1, 3, 5]);
+        assert!(rx.is_empty(), "refused datagrams are dropped");
     }
 
     #[test]
