@@ -30,7 +30,9 @@ pub enum DropReason {
     NoRoute,
     /// ARP resolution timed out or its queue was full.
     Unresolved,
-    /// The tx queue had no room for a reply the stack made itself.
+    /// The tx queue had no room: for a reply the stack made itself (also
+    /// counted as made, `arp_replies_out` or `icmp_echo_replies`), an
+    /// app's datagram, or frames released by an ARP resolution.
     TxFull,
     /// A software-steering ring to another lcore was full.
     SteerRingFull,
@@ -47,10 +49,13 @@ pub enum DropReason {
     /// our own address, a group MAC, UDP port 0): RFC 1122 discards them,
     /// and a reply would go to every host on the link or to none.
     BadSource,
+    /// A datagram to send whose buffer had no room in front for its
+    /// headers (not one of this backend's own buffers).
+    NoHeadroom,
 }
 
 impl DropReason {
-    pub const ALL: [DropReason; 19] = [
+    pub const ALL: [DropReason; 20] = [
         DropReason::Truncated,
         DropReason::Malformed,
         DropReason::BadChecksum,
@@ -70,6 +75,7 @@ impl DropReason {
         DropReason::SendError,
         DropReason::Segmented,
         DropReason::BadSource,
+        DropReason::NoHeadroom,
     ];
     pub const COUNT: usize = Self::ALL.len();
 
@@ -94,6 +100,7 @@ impl DropReason {
             DropReason::SendError => "send_error",
             DropReason::Segmented => "segmented",
             DropReason::BadSource => "bad_source",
+            DropReason::NoHeadroom => "no_headroom",
         }
     }
 }
@@ -112,6 +119,9 @@ pub struct Counters {
     pub arp_requests_out: u64,
     pub icmp_echo_replies: u64,
     pub udp_in: u64,
+    /// UDP datagrams taken for sending: held for the device, or queued
+    /// while their next hop resolves (those ARP then gives up on are
+    /// also counted as `unresolved` drops).
     pub udp_out: u64,
     /// Packets this lcore handed to another one: software steering, or a
     /// payload that names another lcore (`RuntimeConfig::payload_owner`).

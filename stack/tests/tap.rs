@@ -513,6 +513,26 @@ fn frames_queued_for_many_addresses_all_go_when_they_resolve_at_once() {
         ADDRESSES as usize * PER_ADDRESS,
         "the kernel got each frame"
     );
+    assert_eq!(counters.udp_out, 320);
+    // To an address nobody answers: 16 wait for ARP, the rest are dropped
+    // and not counted as sent.
+    let nobody = SocketAddrV4::new(Ipv4Addr::new(10, 63, 0, 99), PORT);
+    let mut out: Vec<_> = (0..PER_ADDRESS + 4)
+        .map(|_| {
+            let mut d = stack.alloc().expect("an mbuf");
+            d.set_len(1);
+            d.set_peer(nobody);
+            d
+        })
+        .collect();
+    stack.send_burst(&mut out);
+    let after = stack.counters();
+    assert_eq!(
+        after.udp_out - counters.udp_out,
+        PER_ADDRESS as u64,
+        "{after:?}"
+    );
+    assert_eq!(after.dropped(DropReason::Unresolved), 4, "{after:?}");
     assert_eq!(stack.close(), 0, "mbuf leak");
 }
 

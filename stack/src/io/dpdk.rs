@@ -226,11 +226,11 @@ impl DpdkIo {
 
     /// Hold a finished frame for the tx queue if its next hop's MAC is in
     /// it (`resolved`), else queue it until `hop` resolves (asking for it
-    /// if nobody has yet). False when the ARP queue is full (dropped).
+    /// if nobody has yet). False when the tx batch or the ARP queue is
+    /// full (dropped, counted).
     fn hold_or_resolve(&mut self, resolved: bool, hop: Ipv4Addr, m: Mbuf, now: Instant) -> bool {
         if resolved {
-            self.hold(m);
-            return true;
+            return self.hold(m);
         }
         match self.host.neighbours().enqueue(hop, m, now) {
             (Resolve::SendRequest(ip), _) => self.send_arp_request(ip),
@@ -248,14 +248,15 @@ impl DpdkIo {
         out.extend(self.host.take_echo_replies());
     }
 
-    /// Queue a finished frame for the tx queue.
-    fn hold(&mut self, m: Mbuf) {
+    /// Queue a finished frame for the tx queue; false when it had no room
+    /// (dropped, counted).
+    fn hold(&mut self, m: Mbuf) -> bool {
         hold(
             &mut self.tx_batch,
             &mut self.tx_held_bytes,
             &mut self.counters,
             m,
-        );
+        )
     }
 
     /// Hand held frames to the NIC; what it has no room for stays held.
@@ -432,8 +433,9 @@ impl DpdkIo {
 
     fn frame_out(&mut self, mut d: UdpMbuf, now: Instant) {
         if self.turn_around(&mut d) {
-            self.counters.udp_out += 1;
-            self.hold(d.mbuf);
+            if self.hold(d.mbuf) {
+                self.counters.udp_out += 1;
+            }
             return;
         }
         let peer = d.peer;
@@ -446,7 +448,7 @@ impl DpdkIo {
         };
         let hdr = self.host.udp_header_len();
         if d.mbuf.prepend(hdr).is_err() {
-            self.counters.drop(DropReason::Truncated);
+            self.counters.drop(DropReason::NoHeadroom);
             return;
         }
         let mac = if broadcast {
@@ -466,8 +468,9 @@ impl DpdkIo {
             d.mbuf
                 .request_tx_checksum(l2 as u16, 20, self.offload.udp_checksum);
         }
-        self.counters.udp_out += 1;
-        self.hold_or_resolve(mac.is_some(), hop, d.mbuf, now);
+        if self.hold_or_resolve(mac.is_some(), hop, d.mbuf, now) {
+            self.counters.udp_out += 1;
+        }
     }
 }
 
@@ -476,12 +479,14 @@ fn hold(
     held_bytes: &mut usize,
     counters: &mut Counters,
     m: Mbuf,
-) {
+) -> bool {
     let len = m.len();
     if tx_batch.push(m).is_ok() {
         *held_bytes += len;
+        true
     } else {
         counters.drop(DropReason::TxFull);
+        false
     }
 }
 
