@@ -812,6 +812,52 @@ fn a_closed_peer_port_is_reported_and_sends_to_others_still_go_out() {
     assert_eq!(io.take_closed_ports(), vec![closed]);
 }
 
+/// Under receive load the socket's error queue has no room for an ICMP
+/// error (it counts against the receive buffer), but the kernel still
+/// fails the next send with it. That send goes again rather than being
+/// dropped, as when the error queue kept the error.
+#[test]
+fn a_send_failed_for_an_earlier_icmp_error_goes_again_when_the_error_queue_kept_nothing() {
+    let mut io = bind(KernelUdpConfig {
+        recv_buffer: Some(4096),
+        ..Default::default()
+    });
+    let mut live = bind(cfg());
+    let closed = bind(cfg()).local_addr(); // nobody listens there now
+                                           // Fill io's receive buffer (8 KiB), the last bytes with small
+                                           // datagrams, so that no room is left for the ICMP error; nothing
+                                           // reads it.
+    let flood = UdpSocket::bind(LO).unwrap();
+    for len in [1000, 1] {
+        for _ in 0..64 {
+            flood.send_to(&vec![0u8; len], io.local_addr()).unwrap();
+        }
+    }
+    let mut bufs = vec![make(&mut io, closed, 0, 100)];
+    send_all(&mut io, &mut bufs);
+    thread::sleep(Duration::from_millis(20)); // its ICMP error is in
+    let mut bufs: Vec<_> = (1..11)
+        .map(|s| make(&mut io, live.local_addr(), s, 200))
+        .collect();
+    send_all(&mut io, &mut bufs);
+    let (got, _) = recv_n(&mut live, 10, 32);
+    let want: Vec<(u32, usize)> = (1..11).map(|s| (s, 200)).collect();
+    let to_port = live.local_addr().port();
+    check(
+        &got,
+        &want,
+        io.local_addr(),
+        to_port,
+        "after an unqueued ICMP error",
+    );
+    assert_eq!(io.stats().tx_dropped, 0);
+    assert_eq!(
+        io.stats().port_unreachable,
+        0,
+        "the error queue kept nothing (else this is the test above)"
+    );
+}
+
 /// A datagram the device drops at once is counted as dropped, and the
 /// datagrams behind it go out. Here the device is a veth whose far end is
 /// too narrow for a 1472-byte datagram: the kernel drops it in the send
