@@ -30,9 +30,10 @@ pub struct Config {
     pub clip: Option<f32>,
     /// Base seed of stochastic rounding.
     pub seed: u64,
-    /// Most bytes of future-collective messages held before erroring.
+    /// Most bytes of future-collective messages held (past it `handle`
+    /// errs; a driver asks `takes_now` and waits instead).
     pub max_early_bytes: usize,
-    /// How many collectives ahead a peer's message may be (else an error).
+    /// How many collectives ahead a peer's message may be (as above).
     pub max_ahead: u32,
     /// Force an instruction set (tests); `None` picks the best.
     pub isa: Option<Isa>,
@@ -390,6 +391,27 @@ impl Engine {
             }
         }
         Ok(self.check_done())
+    }
+
+    /// Whether `handle` takes this message now, rather than refusing it as
+    /// too far ahead (more than `max_ahead` collectives) or for lack of
+    /// room in the early buffer. A driver leaves a message it would refuse
+    /// in its transport until this rank catches up, and the transport's
+    /// flow control holds the sender back: a broadcast root, which waits
+    /// for nobody, runs ahead as far as its sends are taken. A message that
+    /// does not decode, or is stale, is "taken": `handle` reports it.
+    pub fn takes_now(&self, bytes: &[u8]) -> bool {
+        let Ok(msg) = message::decode(bytes) else {
+            return true;
+        };
+        let seq = msg.header.seq;
+        if self.active.as_ref().is_some_and(|a| a.seq == seq) {
+            return true;
+        }
+        let ahead = seq.wrapping_sub(self.seq());
+        ahead > u32::MAX / 2
+            || (ahead <= self.config.max_ahead
+                && self.early_bytes + bytes.len() <= self.config.max_early_bytes)
     }
 
     /// Feeds one message from `from`. `buf` is the running collective's

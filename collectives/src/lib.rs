@@ -35,7 +35,9 @@
 //!   ([`message`] has the 32-byte header). The transport must be *reliable*
 //!   but may reorder arbitrarily, also across collectives: messages of a
 //!   collective this rank has not started yet are buffered (bounded by
-//!   `Config::max_early_bytes` and `Config::max_ahead`, else an error).
+//!   `Config::max_early_bytes` and `Config::max_ahead`, else an error; a
+//!   transport with flow control asks [`Engine::takes_now`] and leaves
+//!   such a message with the sender's flow until this rank catches up).
 //!   While idle, call `handle` with any buffer (e.g. `&mut []`).
 //! * **Completion.** `start`/`handle` return [`Progress::Complete`] exactly
 //!   once per collective (counted in [`Counters::wakeups`]). All ranks must

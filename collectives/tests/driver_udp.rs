@@ -7,7 +7,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use collectives::driver::mesh::COLL_ALPN;
-use collectives::driver::{Communicator, DriverConfig};
+use collectives::driver::{Background, Communicator, DriverConfig};
 use collectives::{bf16, shard_range, Codec, Collective, Error, ReduceOp, Rounding};
 use stack::io::kernel::{KernelUdp, KernelUdpConfig};
 use stack::io::PacketIo;
@@ -973,4 +973,92 @@ fn a_root_waiting_on_a_slow_peer_to_drain_naps_instead_of_spinning() {
         "{root_waits} idle waits in {root_took:?}"
     );
     assert_eq!(out[1].2, 0.0, "rank 1 got the root's data");
+}
+
+#[test]
+fn a_broadcast_root_may_run_any_number_of_collectives_ahead() {
+    // A broadcast's root waits for nobody: it runs ahead as far as the
+    // driver and QUIC take its data (here 200 broadcasts of 4 KiB). Rank
+    // 1's progress thread reads it while the caller is busy elsewhere; the
+    // engine keeps at most 64 collectives' messages early, and the rest
+    // wait in the stream until rank 1 catches up. They once failed it
+    // with TooFarAhead.
+    const ROUNDS: usize = 200;
+    let n = 1024;
+    let out = on_ranks(2, DriverConfig::default(), move |c| {
+        if c.rank() == 0 {
+            let mut c = c;
+            for k in 0..ROUNDS {
+                c.broadcast(&mut vec![k as f32; n], 0).unwrap();
+            }
+            c.barrier().unwrap();
+            return (0, 0);
+        }
+        let mut bg = Background::spawn(c, None).unwrap();
+        std::thread::sleep(Duration::from_millis(500));
+        let mut wrong = 0;
+        for k in 0..ROUNDS {
+            let got = bg.run(Collective::broadcast(0), vec![-1.0; n]).unwrap();
+            wrong += got.iter().filter(|&&x| x != k as f32).count();
+        }
+        bg.barrier().unwrap();
+        (wrong, bg.counters().unwrap().frames_held_back)
+    });
+    assert_eq!(out[1].0, 0, "rank 1 got every broadcast's data");
+    assert!(
+        out[1].1 > 0,
+        "the root ran more than 64 ahead: frames were held back"
+    );
+}
+
+#[test]
+fn a_broadcast_root_whose_receiver_left_fails_instead_of_waiting_on_it() {
+    // The root of a broadcast completes once its data is queued, then
+    // waits (up to the timeout) for it to leave. A receiver that left
+    // will never take it: the root must say so, blocking or not, and not
+    // report success for data nobody takes (or wait out the timeout on
+    // every call for it).
+    let cfg = DriverConfig {
+        timeout: Duration::from_secs(3),
+        ..DriverConfig::default()
+    };
+    let n = 16 * 1024;
+    for blocking in [true, false] {
+        let out = on_ranks(2, cfg.clone(), move |mut c| {
+            for k in 0..3 {
+                c.broadcast(&mut vec![k as f32; n], 0).unwrap();
+            }
+            if c.rank() == 1 {
+                drop(c); // leaves, having completed 3
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(300));
+            let start = Instant::now();
+            let err = (3..23).find_map(|k| match blocking {
+                true => c.broadcast(&mut vec![k as f32; n], 0).err(),
+                false => {
+                    let h = c
+                        .start(Collective::broadcast(0), vec![k as f32; n])
+                        .unwrap();
+                    c.wait(h).err()
+                }
+            });
+            Some((err, start.elapsed()))
+        });
+        let (err, took) = out[0].clone().unwrap();
+        match err {
+            Some(Error::PeerLeft {
+                rank: 1,
+                completed: 3,
+                ..
+            }) => {}
+            other => panic!(
+                "blocking {blocking}: expected rank 1's departure, got {other:?} after {took:?}"
+            ),
+        }
+        assert!(
+            took < Duration::from_secs(2),
+            "blocking {blocking}: noticed after {took:?}"
+        );
+    }
 }

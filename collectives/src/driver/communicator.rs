@@ -38,6 +38,9 @@ pub struct DriverCounters {
     /// Handshakes QUIC turned away for lack of room (see
     /// `MeshCounters::handshakes_dropped`).
     pub handshakes_dropped: u64,
+    /// Times a peer's next frame was left in its stream until this rank
+    /// caught up (see `MeshCounters::frames_held_back`).
+    pub frames_held_back: u64,
     /// Times the caller got control back with a finished collective (one
     /// per collective: a blocking call's return, or `wait`).
     pub wakeups: u64,
@@ -109,6 +112,7 @@ impl DriverCounters {
         self.send_blocked += o.send_blocked;
         self.connections_refused += o.connections_refused;
         self.handshakes_dropped += o.handshakes_dropped;
+        self.frames_held_back += o.frames_held_back;
         self.wakeups += o.wakeups;
         self.idle_waits += o.idle_waits;
         let e = &mut self.engine;
@@ -345,6 +349,7 @@ impl<B: Backend> Communicator<B> {
             send_blocked: m.send_blocked,
             connections_refused: m.connections_refused,
             handshakes_dropped: m.handshakes_dropped,
+            frames_held_back: m.frames_held_back,
             wakeups: self.wakeups,
             idle_waits: self.idle_waits,
             engine: self.engine.counters(),
@@ -408,6 +413,9 @@ impl<B: Backend> Communicator<B> {
         while let Some(id) = self.queue.back().map(|q| q.id) {
             self.drive_until(|c| c.done.contains_key(&id))?;
         }
+        let seq = self.engine.seq();
+        self.check_departed(seq, Instant::now())
+            .map_err(|e| self.fail(e))?;
         let first = match self.engine.start(collective, buf) {
             Ok(p) => p,
             // Refused outright (a bad buffer, say): still usable.
@@ -428,8 +436,12 @@ impl<B: Backend> Communicator<B> {
             }
             between().map_err(|e| self.fail(e))?;
             // Done here; our last sends may wait on a slow peer's flow
-            // control. Bounded: they also leave with the next call.
+            // control. Bounded: they also leave with the next call. A
+            // peer that left without this collective (a broadcast root's
+            // receiver) will never take them.
             if complete {
+                self.check_departed(seq, Instant::now())
+                    .map_err(|e| self.fail(e))?;
                 let until = *flush_until.get_or_insert_with(|| Instant::now() + self.cfg.timeout);
                 if Instant::now() > until {
                     break;
@@ -553,6 +565,12 @@ impl<B: Backend> Communicator<B> {
         };
         if !head.started {
             head.started = true;
+            if let Err(e) = self.check_departed(self.engine.seq(), Instant::now()) {
+                let e = self.fail(e);
+                self.retire(Err(e));
+                return Ok(());
+            }
+            let head = self.queue.front_mut().expect("head");
             match self.engine.start(head.collective, &mut head.buf) {
                 Ok(Progress::Complete) => {
                     self.retire(Ok(()));
@@ -621,18 +639,18 @@ impl<B: Backend> Communicator<B> {
             }
         }
         if self.engine.is_active() {
-            self.check_departed(now)?;
+            self.check_departed(self.engine.seq(), now)?;
             self.check_liveness(now)?;
         }
         Ok(())
     }
 
-    /// A peer that said goodbye before completing the running collective
-    /// will never send the rest of it; one whose liveness link (or,
+    /// A peer that said goodbye before completing collective `seq` (the
+    /// running one, or one about to start or just completed here) will
+    /// never send, or take, the rest of it; one whose liveness link (or,
     /// without the rendezvous's links, its UDP port) closed without a
     /// goodbye crashed.
-    fn check_departed(&self, now: Instant) -> Result<()> {
-        let seq = self.engine.seq();
+    fn check_departed(&self, seq: u32, now: Instant) -> Result<()> {
         let said_goodbye = |r: usize| self.mesh.departed().iter().any(|&(d, _)| d == r);
         // A liveness link says whether a rank's process lives; a closed
         // UDP port says less: a NAT that moved a live rank to a new port

@@ -198,6 +198,26 @@ impl FrameReader {
     /// The next complete frame, if any. The slice stays valid until the
     /// next call on the reader.
     pub fn next_frame(&mut self) -> Result<Option<&[u8]>, TooLong> {
+        let Some(len) = self.complete_frame_len()? else {
+            return Ok(None);
+        };
+        let at = self.start + LEN_BYTES;
+        self.start = at + len;
+        Ok(Some(&self.buf[at..at + len]))
+    }
+
+    /// The next complete frame, if any, left in the reader: what
+    /// `next_frame` would return.
+    pub fn peek_frame(&self) -> Result<Option<&[u8]>, TooLong> {
+        let Some(len) = self.complete_frame_len()? else {
+            return Ok(None);
+        };
+        let at = self.start + LEN_BYTES;
+        Ok(Some(&self.buf[at..at + len]))
+    }
+
+    /// The body length of the frame at the front, once all of it is here.
+    fn complete_frame_len(&self) -> Result<Option<usize>, TooLong> {
         let avail = self.end - self.start;
         if avail < LEN_BYTES {
             return Ok(None);
@@ -211,12 +231,7 @@ impl FrameReader {
                 max: self.max_frame,
             });
         }
-        if avail < LEN_BYTES + len {
-            return Ok(None);
-        }
-        let at = self.start + LEN_BYTES;
-        self.start = at + len;
-        Ok(Some(&self.buf[at..at + len]))
+        Ok((avail >= LEN_BYTES + len).then_some(len))
     }
 
     /// How many bytes to read next: with the length prefix known, exactly

@@ -151,6 +151,21 @@ pub struct MeshCounters {
     /// address; connections), and handshakes evicted for newer ones. The
     /// dialler retries after its probe timeout, a second or more later.
     pub handshakes_dropped: u64,
+    /// Times a rank's next frame was left in its stream because the
+    /// engine could not take it yet (a collective too far ahead, or no
+    /// room to keep it early): QUIC's flow control holds that rank back.
+    pub frames_held_back: u64,
+}
+
+/// What `take_frames` did with the frames a link's reader held.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Taken {
+    /// Every complete frame.
+    All,
+    /// It stopped at a frame the engine cannot take yet.
+    HeldBack,
+    /// The link was refused (a stranger that broke the protocol).
+    Refused,
 }
 
 pub struct Mesh<B: Backend> {
@@ -689,7 +704,7 @@ impl<B: Backend> Mesh<B> {
                     None => continue,
                 }
             }
-            if !self.links[i].open || self.links[i].fin_received {
+            if !self.links[i].open {
                 continue;
             }
             frames += self.read_link(i, engine, buf, completed)?;
@@ -707,7 +722,16 @@ impl<B: Backend> Mesh<B> {
         let mut frames = 0;
         let mut read = 0;
         let (conn, stream) = (self.links[i].conn, self.links[i].stream.expect("known"));
-        while read < READ_BUDGET {
+        loop {
+            // The frames already here go first: one the engine cannot take
+            // yet leaves the link unread (and the peer held back by QUIC's
+            // flow control) until it can.
+            if self.take_frames(i, conn, engine, buf, completed, &mut frames)? != Taken::All
+                || self.links[i].fin_received
+                || read >= READ_BUDGET
+            {
+                return Ok(frames);
+            }
             let link = &mut self.links[i];
             let want = link.input.wanted();
             let got = match self.ep.stream_recv(conn, stream, link.input.spare(want)) {
@@ -716,7 +740,7 @@ impl<B: Backend> Mesh<B> {
                 // peer's close, with its rank) after the reads.
                 Err(QuicError::NoConnection) => {
                     link.closed = true;
-                    break;
+                    return Ok(frames);
                 }
                 // A stranger that resets its stream (or breaks it another
                 // way) is refused; a rank that does fails the collective.
@@ -727,92 +751,109 @@ impl<B: Backend> Mesh<B> {
                 Err(e) => return Err(Error::Transport(format!("stream from {}: {e}", link.addr))),
             };
             let Some((n, fin)) = got else {
-                break;
+                return Ok(frames);
             };
             if n == 0 && !fin {
-                break;
+                return Ok(frames);
             }
             link.input.filled(n);
             read += n;
-            loop {
-                let link = &mut self.links[i];
-                let frame = match link.input.next_frame() {
-                    Ok(Some(frame)) => frame,
-                    Ok(None) => break,
-                    Err(t) => {
-                        let reason =
-                            format!("frame of {} bytes exceeds the limit of {}", t.len, t.max);
-                        if link.rank.is_none() {
-                            self.refuse(i, &reason);
-                            return Ok(frames);
-                        }
-                        return Err(Error::Framing {
-                            peer: link.addr.to_string(),
-                            reason,
-                        });
-                    }
-                };
-                frames += 1;
-                self.counters.frames_received += 1;
-                match link.rank {
-                    Some(from) if is_bye(frame) => {
-                        let bye = Goodbye::from_frame(frame, self.world);
-                        debug!(rank = from, ?bye, "peer said goodbye");
-                        self.departed_push(from, bye);
-                    }
-                    Some(from) => {
-                        if engine.handle(from, frame, buf)? == Progress::Complete {
-                            *completed = true;
-                        }
-                    }
-                    None => {
-                        let names = self.names_verified.then(|| self.ep.peer_names(conn));
-                        let claim =
-                            parse_hello(frame, self.world, self.rank).and_then(
-                                |rank| match &names {
-                                    Some(names) => check_claim(rank, names).map(|()| rank),
-                                    None => Ok(rank),
-                                },
-                            );
-                        let from = match claim {
-                            Ok(rank) => rank,
-                            Err(reason) => {
-                                self.refuse(i, &reason);
-                                return Ok(frames);
-                            }
-                        };
-                        // A rank opens `conns_per_peer` connections: a
-                        // hello beyond them is not that rank's.
-                        let held = self.peer_links[from]
-                            .iter()
-                            .filter(|&&j| !self.links[j].closed)
-                            .count();
-                        if held >= self.conns_per_peer {
-                            let why = format!(
-                                "rank {from} has its {} connection(s) already",
-                                self.conns_per_peer
-                            );
-                            self.refuse(i, &why);
-                            return Ok(frames);
-                        }
-                        let link = &mut self.links[i];
-                        link.input.set_max_frame(MAX_FRAME);
-                        link.rank = Some(from);
-                        link.slot = Some(self.io.watch(link.addr));
-                        debug!(rank = from, addr = %link.addr, "peer identified");
-                        self.peer_links[from].push(i);
+            if fin {
+                // The peer is leaving; if we still needed data from it the
+                // liveness check reports it once it is gone. Its last
+                // frames are taken above, now or once the engine can.
+                link.fin_received = true;
+                debug!(addr = %link.addr, "peer finished its stream");
+            }
+        }
+    }
+
+    /// Takes the complete frames in link `i`'s reader: hands a rank's to
+    /// the engine (or notes its goodbye), reads a stranger's hello.
+    fn take_frames(
+        &mut self,
+        i: usize,
+        conn: ConnHandle,
+        engine: &mut Engine,
+        buf: &mut [f32],
+        completed: &mut bool,
+        frames: &mut usize,
+    ) -> Result<Taken> {
+        loop {
+            let link = &mut self.links[i];
+            if link.rank.is_some() {
+                if let Ok(Some(frame)) = link.input.peek_frame() {
+                    if !is_bye(frame) && !engine.takes_now(frame) {
+                        self.counters.frames_held_back += 1;
+                        return Ok(Taken::HeldBack);
                     }
                 }
             }
-            if fin {
-                // The peer is leaving; if we still needed data from it the
-                // liveness check reports it once it is gone.
-                self.links[i].fin_received = true;
-                debug!(addr = %self.links[i].addr, "peer finished its stream");
-                break;
+            let frame = match link.input.next_frame() {
+                Ok(Some(frame)) => frame,
+                Ok(None) => return Ok(Taken::All),
+                Err(t) => {
+                    let reason = format!("frame of {} bytes exceeds the limit of {}", t.len, t.max);
+                    if link.rank.is_none() {
+                        self.refuse(i, &reason);
+                        return Ok(Taken::Refused);
+                    }
+                    return Err(Error::Framing {
+                        peer: link.addr.to_string(),
+                        reason,
+                    });
+                }
+            };
+            *frames += 1;
+            self.counters.frames_received += 1;
+            match link.rank {
+                Some(from) if is_bye(frame) => {
+                    let bye = Goodbye::from_frame(frame, self.world);
+                    debug!(rank = from, ?bye, "peer said goodbye");
+                    self.departed_push(from, bye);
+                }
+                Some(from) => {
+                    if engine.handle(from, frame, buf)? == Progress::Complete {
+                        *completed = true;
+                    }
+                }
+                None => {
+                    let names = self.names_verified.then(|| self.ep.peer_names(conn));
+                    let claim =
+                        parse_hello(frame, self.world, self.rank).and_then(|rank| match &names {
+                            Some(names) => check_claim(rank, names).map(|()| rank),
+                            None => Ok(rank),
+                        });
+                    let from = match claim {
+                        Ok(rank) => rank,
+                        Err(reason) => {
+                            self.refuse(i, &reason);
+                            return Ok(Taken::Refused);
+                        }
+                    };
+                    // A rank opens `conns_per_peer` connections: a
+                    // hello beyond them is not that rank's.
+                    let held = self.peer_links[from]
+                        .iter()
+                        .filter(|&&j| !self.links[j].closed)
+                        .count();
+                    if held >= self.conns_per_peer {
+                        let why = format!(
+                            "rank {from} has its {} connection(s) already",
+                            self.conns_per_peer
+                        );
+                        self.refuse(i, &why);
+                        return Ok(Taken::Refused);
+                    }
+                    let link = &mut self.links[i];
+                    link.input.set_max_frame(MAX_FRAME);
+                    link.rank = Some(from);
+                    link.slot = Some(self.io.watch(link.addr));
+                    debug!(rank = from, addr = %link.addr, "peer identified");
+                    self.peer_links[from].push(i);
+                }
             }
         }
-        Ok(frames)
     }
 
     /// Closes accepted link `i`, which broke the protocol before saying
