@@ -130,6 +130,13 @@ pub enum Error {
     ConnectTimeout { missing: Vec<usize>, waited_ms: u64 },
     #[error("protocol violation on the connection to {peer}: {reason}")]
     Framing { peer: String, reason: String },
+    #[error("rank {rank} ({addr}) sent what this rank cannot take: {source}")]
+    FromPeer {
+        rank: usize,
+        addr: String,
+        #[source]
+        source: Box<Error>,
+    },
     #[error("environment variable {var}: {problem} (torchrun convention: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT)")]
     Env { var: &'static str, problem: String },
     #[error("rendezvous: {0}")]
@@ -152,7 +159,8 @@ impl Error {
             | Error::PeerStalled { rank, .. }
             | Error::PeerClosed { rank, .. }
             | Error::PeerGone { rank, .. }
-            | Error::PeerLost { rank, .. } => Some(*rank),
+            | Error::PeerLost { rank, .. }
+            | Error::FromPeer { rank, .. } => Some(*rank),
             Error::PeerLeft { rank, cause, .. } => Some(cause.unwrap_or(*rank)),
             Error::NoProgress { not_entered, .. } if not_entered.len() == 1 => Some(not_entered[0]),
             Error::Failed(e) => e.peer_at_fault(),
@@ -189,6 +197,29 @@ fn peer_left(
     format!(
         "rank {rank} ({addr}) left after completing {completed} collective(s); this rank is in collective {seq} (0-based), which cannot complete without it: {cause}"
     )
+}
+
+impl Error {
+    /// A message that does not decode, or that does not fit the
+    /// collective it names: the sender broke the protocol (or runs
+    /// another version, or other collectives), not this rank.
+    pub fn is_senders_doing(&self) -> bool {
+        matches!(
+            self,
+            Error::Truncated { .. }
+                | Error::BadMagic(_)
+                | Error::BadVersion(_)
+                | Error::UnknownField { .. }
+                | Error::PayloadLength { .. }
+                | Error::ChunkTooLong(_)
+                | Error::BadScale(_)
+                | Error::StaleMessage { .. }
+                | Error::TooFarAhead { .. }
+                | Error::Unexpected { .. }
+                | Error::Duplicate { .. }
+                | Error::Framing { .. }
+        )
+    }
 }
 
 /// Shorthand used across the crate.

@@ -1062,3 +1062,49 @@ fn a_broadcast_root_whose_receiver_left_fails_instead_of_waiting_on_it() {
         );
     }
 }
+
+#[test]
+fn a_rank_that_sends_a_message_that_does_not_decode_is_named_for_it() {
+    // "Rank 0" here is a QUIC client without certificates (none are
+    // checked without --certs): it says rank 0's hello, then sends a
+    // frame whose body is no engine message. Rank 1 fails, and its error
+    // (and goodbye) blame rank 0, not nobody: the other ranks would
+    // otherwise see rank 1 leave first and blame it.
+    let peers = common::loopback_addrs(2);
+    let rank1 = {
+        let peers = peers.clone();
+        std::thread::spawn(move || {
+            let mut c = Communicator::new(1, 2, peers, DriverConfig::default())?;
+            c.all_reduce(&mut vec![1.0f32; 1000], ReduceOp::Sum)
+        })
+    };
+    let mut bytes = 16u32.to_le_bytes().to_vec();
+    bytes.extend_from_slice(b"AINFTPH1");
+    bytes.extend_from_slice(&0u32.to_le_bytes());
+    bytes.extend_from_slice(&0u32.to_le_bytes());
+    bytes.extend_from_slice(&40u32.to_le_bytes());
+    bytes.extend_from_slice(&[0x55; 40]);
+    let mut s = HeldStranger::connect(peers[1]);
+    let (start, mut sent) = (Instant::now(), false);
+    while !rank1.is_finished() && start.elapsed() < Duration::from_secs(10) {
+        s.drive();
+        if s.ep.is_established(s.conn) && !sent {
+            sent = s.ep.stream_send(s.conn, 0, &bytes, false).is_ok();
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let err = rank1
+        .join()
+        .unwrap()
+        .expect_err("rank 1 cannot use the message");
+    match &err {
+        Error::FromPeer {
+            rank: 0, source, ..
+        } => {
+            assert!(matches!(**source, Error::BadMagic(0x55)), "{err}")
+        }
+        other => panic!("expected rank 0 named, got {other}"),
+    }
+    assert_eq!(err.peer_at_fault(), Some(0));
+    assert!(err.to_string().starts_with("rank 0 (127.0.0.1:"), "{err}");
+}

@@ -794,14 +794,15 @@ impl<B: Backend> Mesh<B> {
                 Ok(None) => return Ok(Taken::All),
                 Err(t) => {
                     let reason = format!("frame of {} bytes exceeds the limit of {}", t.len, t.max);
-                    if link.rank.is_none() {
+                    let Some(rank) = link.rank else {
                         self.refuse(i, &reason);
                         return Ok(Taken::Refused);
-                    }
-                    return Err(Error::Framing {
+                    };
+                    let framing = Error::Framing {
                         peer: link.addr.to_string(),
                         reason,
-                    });
+                    };
+                    return Err(from_peer(rank, link.addr, framing));
                 }
             };
             *frames += 1;
@@ -812,11 +813,12 @@ impl<B: Backend> Mesh<B> {
                     debug!(rank = from, ?bye, "peer said goodbye");
                     self.departed_push(from, bye);
                 }
-                Some(from) => {
-                    if engine.handle(from, frame, buf)? == Progress::Complete {
-                        *completed = true;
-                    }
-                }
+                Some(from) => match engine.handle(from, frame, buf) {
+                    Ok(Progress::Complete) => *completed = true,
+                    Ok(Progress::Pending) => {}
+                    Err(e) if e.is_senders_doing() => return Err(from_peer(from, link.addr, e)),
+                    Err(e) => return Err(e),
+                },
                 None => {
                     let names = self.names_verified.then(|| self.ep.peer_names(conn));
                     let claim =
@@ -1113,6 +1115,16 @@ fn describe(reason: &CloseReason) -> String {
     match reason.is_certificate_trouble() {
         true => format!("{reason} (are both ranks' certificates from the same cluster CA?)"),
         false => reason.to_string(),
+    }
+}
+
+/// `e`, named as rank `rank`'s doing: its goodbye then blames that rank,
+/// not this one (every other rank would see this rank leave first).
+fn from_peer(rank: usize, addr: SocketAddrV4, e: Error) -> Error {
+    Error::FromPeer {
+        rank,
+        addr: addr.to_string(),
+        source: Box::new(e),
     }
 }
 
