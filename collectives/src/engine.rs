@@ -500,6 +500,11 @@ impl Engine {
         self.owed_iter().collect()
     }
 
+    /// Whether the running collective still needs messages from `rank`.
+    pub fn owes(&self, rank: usize) -> bool {
+        self.owed_iter().any(|o| o.rank == rank)
+    }
+
     fn owed_iter(&self) -> impl Iterator<Item = Owed> + '_ {
         let alg = self.running();
         (0..self.ctx.world)

@@ -194,8 +194,13 @@ fn peer_left(
         (true, None) => "its own collective failed".into(),
         (false, _) => "every rank must run the same collectives".into(),
     };
+    // It completed this one too, but not all it sent of it arrived.
+    let cut_off = match seq < completed {
+        true => ", and what it sent of it was cut off when it closed",
+        false => "",
+    };
     format!(
-        "rank {rank} ({addr}) left after completing {completed} collective(s); this rank is in collective {seq} (0-based), which cannot complete without it: {cause}"
+        "rank {rank} ({addr}) left after completing {completed} collective(s); this rank is in collective {seq} (0-based), which cannot complete without it{cut_off}: {cause}"
     )
 }
 

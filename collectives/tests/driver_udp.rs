@@ -1108,3 +1108,67 @@ fn a_rank_that_sends_a_message_that_does_not_decode_is_named_for_it() {
     assert_eq!(err.peer_at_fault(), Some(0));
     assert!(err.to_string().starts_with("rank 0 (127.0.0.1:"), "{err}");
 }
+
+#[test]
+fn a_rank_that_left_before_its_last_messages_arrived_is_named_at_once() {
+    // "Rank 0" (a QUIC client without certificates) says its hello and a
+    // goodbye that claims collective 0 completed, and closes: as a rank
+    // does that completed it, failed in the next one and closed at once,
+    // dropping what QUIC had not sent yet. Rank 1 still awaits rank 0's
+    // messages of collective 0, and nothing more can come: it must say so
+    // now, not after the timeout.
+    let peers = common::loopback_addrs(2);
+    let cfg = DriverConfig {
+        timeout: Duration::from_secs(5),
+        ..DriverConfig::default()
+    };
+    let rank1 = {
+        let peers = peers.clone();
+        std::thread::spawn(move || {
+            let mut c = Communicator::new(1, 2, peers, cfg)?;
+            let start = Instant::now();
+            let r = c.all_reduce(&mut vec![1.0f32; 1000], ReduceOp::Sum);
+            Ok::<_, Error>((r, start.elapsed()))
+        })
+    };
+    let mut bytes = 16u32.to_le_bytes().to_vec();
+    bytes.extend_from_slice(b"AINFTPH1");
+    bytes.extend_from_slice(&0u32.to_le_bytes());
+    bytes.extend_from_slice(&0u32.to_le_bytes());
+    // Goodbye: completed 1, failed; on the stream and on the close, as a
+    // rank says it.
+    let mut bye = b"AINFTPB1".to_vec();
+    bye.extend_from_slice(&1u32.to_le_bytes());
+    bye.extend_from_slice(&1u32.to_le_bytes());
+    bytes.extend_from_slice(&16u32.to_le_bytes());
+    bytes.extend_from_slice(&bye);
+    let mut s = HeldStranger::connect(peers[1]);
+    let start = Instant::now();
+    let (mut sent_at, mut closed) = (None, false);
+    while !rank1.is_finished() && start.elapsed() < Duration::from_secs(10) {
+        s.drive();
+        if s.ep.is_established(s.conn)
+            && sent_at.is_none()
+            && s.ep.stream_send(s.conn, 0, &bytes, false).is_ok()
+        {
+            sent_at = Some(Instant::now());
+        }
+        // Once the frames are surely in, the connection goes.
+        if !closed && sent_at.is_some_and(|t| t.elapsed() > Duration::from_millis(200)) {
+            closed = s.ep.close(s.conn, 0, &bye).is_ok();
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let (r, took) = rank1.join().unwrap().expect("rank 1 connects");
+    match r {
+        Err(Error::PeerLeft {
+            rank: 0,
+            completed: 1,
+            seq: 0,
+            failed: true,
+            ..
+        }) => {}
+        other => panic!("expected rank 0's departure, got {other:?} after {took:?}"),
+    }
+    assert!(took < Duration::from_secs(2), "named after {took:?}");
+}

@@ -680,11 +680,16 @@ impl<B: Backend> Communicator<B> {
         // `seq` at or after the first collective the peer did not complete
         // (sequence numbers wrap).
         let missed = |completed: u32| seq.wrapping_sub(completed) < 1 << 31;
+        // One that completed it may still have left before all it sent of
+        // it arrived (closing after a failure of its own drops what QUIC
+        // had not sent yet): once nothing more can come from it, waiting
+        // for the rest is in vain.
+        let cut_off = |rank: usize| self.engine.owes(rank) && self.mesh.nothing_more_from(rank);
         match self
             .mesh
             .departed()
             .iter()
-            .find(|(_, bye)| missed(bye.completed))
+            .find(|&&(rank, bye)| missed(bye.completed) || cut_off(rank))
         {
             Some(&(rank, bye)) => Err(Error::PeerLeft {
                 rank,

@@ -1069,6 +1069,16 @@ impl<B: Backend> Mesh<B> {
         }
     }
 
+    /// Whether nothing more can come from `rank`: each of its links is
+    /// closed or has its stream finished.
+    pub fn nothing_more_from(&self, rank: usize) -> bool {
+        let links = &self.peer_links[rank];
+        !links.is_empty()
+            && links
+                .iter()
+                .all(|&j| self.links[j].closed || self.links[j].fin_received)
+    }
+
     /// Records `rank`'s goodbye, once per rank though it comes on every
     /// connection (and on the close as well as the stream).
     fn departed_push(&mut self, rank: usize, bye: Goodbye) {
