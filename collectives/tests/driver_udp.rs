@@ -413,6 +413,21 @@ fn one_all_reduce_of_two(
     })
 }
 
+/// `body` with the mesh's length prefix.
+fn framed(body: &[u8]) -> Vec<u8> {
+    let mut f = (body.len() as u32).to_le_bytes().to_vec();
+    f.extend_from_slice(body);
+    f
+}
+
+/// The frame a dialler says first: "I am rank 0".
+fn hello_of_rank_0() -> Vec<u8> {
+    let mut body = b"AINFTPH1".to_vec();
+    body.extend_from_slice(&0u32.to_le_bytes());
+    body.extend_from_slice(&0u32.to_le_bytes());
+    framed(&body)
+}
+
 /// What a stranger does once its handshake is done.
 enum Stranger<'a> {
     /// Sends these bytes on stream 0 (nothing, for none).
@@ -482,10 +497,7 @@ fn a_stranger_that_connects_and_sends_junk_is_refused_and_the_job_goes_on() {
         // Within the limit of a rank's frames (16 MiB), far beyond a hello.
         let big = (16u32 << 20).to_le_bytes().to_vec();
         // Rank 0's hello: rank 0 is connected already (one connection).
-        let mut rank_0 = 16u32.to_le_bytes().to_vec();
-        rank_0.extend_from_slice(b"AINFTPH1");
-        rank_0.extend_from_slice(&0u32.to_le_bytes());
-        rank_0.extend_from_slice(&0u32.to_le_bytes());
+        let rank_0 = hello_of_rank_0();
         let ends = [
             stranger(target, Stranger::Sends(&bad_hello)),
             stranger(target, Stranger::Sends(&too_long)),
@@ -1078,12 +1090,8 @@ fn a_rank_that_sends_a_message_that_does_not_decode_is_named_for_it() {
             c.all_reduce(&mut vec![1.0f32; 1000], ReduceOp::Sum)
         })
     };
-    let mut bytes = 16u32.to_le_bytes().to_vec();
-    bytes.extend_from_slice(b"AINFTPH1");
-    bytes.extend_from_slice(&0u32.to_le_bytes());
-    bytes.extend_from_slice(&0u32.to_le_bytes());
-    bytes.extend_from_slice(&40u32.to_le_bytes());
-    bytes.extend_from_slice(&[0x55; 40]);
+    let mut bytes = hello_of_rank_0();
+    bytes.extend(framed(&[0x55; 40]));
     let mut s = HeldStranger::connect(peers[1]);
     let (start, mut sent) = (Instant::now(), false);
     while !rank1.is_finished() && start.elapsed() < Duration::from_secs(10) {
@@ -1131,17 +1139,13 @@ fn a_rank_that_left_before_its_last_messages_arrived_is_named_at_once() {
             Ok::<_, Error>((r, start.elapsed()))
         })
     };
-    let mut bytes = 16u32.to_le_bytes().to_vec();
-    bytes.extend_from_slice(b"AINFTPH1");
-    bytes.extend_from_slice(&0u32.to_le_bytes());
-    bytes.extend_from_slice(&0u32.to_le_bytes());
     // Goodbye: completed 1, failed; on the stream and on the close, as a
     // rank says it.
     let mut bye = b"AINFTPB1".to_vec();
     bye.extend_from_slice(&1u32.to_le_bytes());
     bye.extend_from_slice(&1u32.to_le_bytes());
-    bytes.extend_from_slice(&16u32.to_le_bytes());
-    bytes.extend_from_slice(&bye);
+    let mut bytes = hello_of_rank_0();
+    bytes.extend(framed(&bye));
     let mut s = HeldStranger::connect(peers[1]);
     let start = Instant::now();
     let (mut sent_at, mut closed) = (None, false);
