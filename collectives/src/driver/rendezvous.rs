@@ -1,6 +1,11 @@
 //! Rendezvous in the torchrun convention: `RANK`, `WORLD_SIZE`,
 //! `MASTER_ADDR`, `MASTER_PORT`. Rank 0 listens on TCP `MASTER_PORT`,
 //! collects every rank's QUIC address and sends everyone the full table.
+//! `AINFTP_RDV_PORT` picks another port (the same on every rank). Under
+//! torchrun's agent store (`TORCHELASTIC_USE_AGENT_STORE=True`: its static
+//! rendezvous, and its c10d one since PyTorch 2.4) the agent holds
+//! `MASTER_PORT` for the whole job, so the rendezvous takes `MASTER_PORT
+//! + 1` unless `AINFTP_RDV_PORT` is set.
 //!
 //! Protocol (one line each, ASCII):
 //! ```text
@@ -50,6 +55,14 @@ const MAX_LINE: u64 = 256;
 const MAX_JOB_ID: usize = 64;
 /// What a job without an id sends in its check-in.
 const NO_JOB: &str = "-";
+/// The most ranks a job may have (a job is one table of addresses, and
+/// rank 0 holds a connection to every rank).
+pub const MAX_WORLD: usize = 1 << 16;
+/// The variable that sets the rendezvous's port on every rank.
+pub const RDV_PORT_VAR: &str = "AINFTP_RDV_PORT";
+/// Where the rendezvous listens, for messages.
+const RDV_PORT_SOURCE: &str =
+    "AINFTP_RDV_PORT if set, else MASTER_PORT, or MASTER_PORT + 1 under torchrun's agent store";
 
 /// A rank's place in the job, from the environment.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -58,6 +71,9 @@ pub struct RankEnv {
     pub world: usize,
     /// `MASTER_ADDR` as given (a host name or an IPv4 address).
     pub master_addr: String,
+    /// The rendezvous's TCP port on `MASTER_ADDR`: `AINFTP_RDV_PORT` if
+    /// set, else `MASTER_PORT`, or `MASTER_PORT + 1` under torchrun's agent
+    /// store, which holds `MASTER_PORT` (lane k's is this plus k).
     pub master_port: u16,
     /// Which of the rank's lanes this rendezvous is for.
     pub lane: Lane,
@@ -127,6 +143,12 @@ impl RankEnv {
                 problem: "must be at least 1".into(),
             });
         }
+        if world > MAX_WORLD {
+            return Err(Error::Env {
+                var: "WORLD_SIZE",
+                problem: format!("{world} is more ranks than the {MAX_WORLD} a job may have"),
+            });
+        }
         let rank = num("RANK")?;
         if rank >= world {
             return Err(Error::Env {
@@ -134,18 +156,31 @@ impl RankEnv {
                 problem: format!("{rank} is not below WORLD_SIZE {world}"),
             });
         }
-        let port = num("MASTER_PORT")?;
-        if port == 0 || port > 65535 {
-            return Err(Error::Env {
-                var: "MASTER_PORT",
-                problem: format!("{port} is not a TCP port (1..=65535)"),
-            });
-        }
+        let port = |name: &'static str| -> Result<u16> {
+            let p = num(name)?;
+            u16::try_from(p).ok().filter(|&p| p != 0).ok_or(Error::Env {
+                var: name,
+                problem: format!("{p} is not a TCP port (1..=65535)"),
+            })
+        };
+        let master_port = match get(RDV_PORT_VAR).filter(|v| !v.is_empty()) {
+            Some(_) => port(RDV_PORT_VAR)?,
+            None if torchrun_agent_store(&get) => {
+                let p = port("MASTER_PORT")?;
+                p.checked_add(1).ok_or(Error::Env {
+                    var: "MASTER_PORT",
+                    problem: format!(
+                        "{p} + 1 is beyond 65535 (torchrun's agent store holds MASTER_PORT): set {RDV_PORT_VAR}"
+                    ),
+                })?
+            }
+            None => port("MASTER_PORT")?,
+        };
         Ok(RankEnv {
             rank,
             world,
             master_addr: var("MASTER_ADDR")?,
-            master_port: port as u16,
+            master_port,
             lane: Lane::ONLY,
             job: job_id(&get)?,
         })
@@ -193,6 +228,16 @@ impl RankEnv {
                 problem: format!("{:?} has no IPv4 address", self.master_addr),
             })
     }
+}
+
+/// Whether torchrun's agent runs the job's store on `MASTER_PORT` for the
+/// whole job (`TORCHELASTIC_USE_AGENT_STORE=True`, torchrun's static
+/// rendezvous and, since PyTorch 2.4, its c10d one): the workers'
+/// `init_process_group` connects to it there, and rank 0 cannot listen
+/// on that port.
+fn torchrun_agent_store(get: &impl Fn(&str) -> Option<String>) -> bool {
+    get("TORCHELASTIC_USE_AGENT_STORE")
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case("true") || v.trim() == "1")
 }
 
 /// The job id: `AINFTP_JOB_ID` if set, else `TORCHELASTIC_RUN_ID` unless
@@ -322,6 +367,44 @@ impl Pending {
 /// oldest is dropped (a flood of idle connections cannot exhaust memory or
 /// file descriptors, and real ranks check in within milliseconds).
 const MAX_PENDING: usize = 1024;
+/// Frees the places of ranks that checked in and left before the table:
+/// a rank sends nothing between its check-in and the table, so input, an
+/// end of stream or an error on its connection means it gave up (its own
+/// deadline passed first) or died, and a restarted one may take its
+/// place. Its address would otherwise go to every rank, and the mesh
+/// would wait its whole timeout for it. True if one was freed.
+fn release_the_gone(
+    checked_in: &mut Vec<(usize, TcpStream)>,
+    table: &mut [Option<SocketAddrV4>],
+) -> bool {
+    use std::os::fd::AsFd;
+    let stirred = super::ready::ready(
+        (0..checked_in.len()).collect(),
+        |i| checked_in[i].1.as_fd(),
+        nix::poll::PollFlags::POLLIN,
+        nix::poll::PollTimeout::ZERO,
+    );
+    let mut freed = false;
+    for i in stirred.into_iter().rev() {
+        let mut byte = [0u8; 1];
+        let gone = match checked_in[i].1.read(&mut byte) {
+            Ok(0) => "its connection closed",
+            Ok(_) => "it sent more than its check-in",
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+            Err(_) => "its connection failed",
+        };
+        let (rank, _) = checked_in.remove(i);
+        table[rank] = None;
+        freed = true;
+        warn!(
+            rank,
+            why = gone,
+            "rendezvous: a rank that checked in left before the table; its place is free again"
+        );
+    }
+    freed
+}
+
 /// Connections accepted per pass, so a flood of them cannot starve the
 /// reads of those already accepted.
 const ACCEPTS_PER_PASS: usize = 64;
@@ -342,7 +425,7 @@ fn serve(
 ) -> Result<(Vec<SocketAddrV4>, Watch)> {
     let listener = TcpListener::bind((Ipv4Addr::UNSPECIFIED, port)).map_err(|e| {
         Error::Rendezvous(format!(
-            "rank 0 cannot listen on TCP port {port} (MASTER_PORT): {e}; pick a free port"
+            "rank 0 cannot listen on TCP port {port} ({RDV_PORT_SOURCE}): {e}; set {RDV_PORT_VAR} to a port that is free on rank 0's host, the same on every rank"
         ))
     })?;
     listener
@@ -439,7 +522,9 @@ fn serve(
                 }
                 Ok(CheckIn::Rank(rank, _)) => {
                     warn!(rank, peer = ?s.peer_addr().ok(), "rendezvous: a rank checked in twice; refused the second");
-                    let why = format!("rank {rank} checked in twice");
+                    let why = format!(
+                        "rank {rank} checked in twice: another process with RANK={rank} is connected to rank 0 (two ranks given one RANK, or a leftover run)"
+                    );
                     refuse(&mut s, &why);
                     refused.note(why);
                 }
@@ -464,6 +549,7 @@ fn serve(
                 Err(why) => return give_up(checked_in, pending, Some(s), why),
             }
         }
+        moved |= release_the_gone(&mut checked_in, &mut table);
         if !moved {
             std::thread::sleep(Duration::from_millis(2));
         }
@@ -691,17 +777,24 @@ fn ask(
     deadline: Instant,
 ) -> Result<(Vec<SocketAddrV4>, Watch)> {
     // Rank 0 may not be listening yet: retry until the deadline.
+    let mut last_error = None;
     let mut s = loop {
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
+            let why = last_error.map_or("no attempt finished".to_string(), |e: std::io::Error| {
+                e.to_string()
+            });
             return Err(Error::Rendezvous(format!(
-                "rank 0 is not listening at {master} (MASTER_ADDR:MASTER_PORT): is it running?"
+                "rank 0 is not listening at {master} (MASTER_ADDR, and {RDV_PORT_SOURCE}): is it running, and is it reachable? (last attempt: {why})"
             )));
         }
         match TcpStream::connect_timeout(&SocketAddr::V4(master), left.min(Duration::from_secs(2)))
         {
             Ok(s) => break s,
-            Err(_) => std::thread::sleep(Duration::from_millis(20)),
+            Err(e) => {
+                last_error = Some(e);
+                std::thread::sleep(Duration::from_millis(20));
+            }
         }
     };
     let ip = match (mine.ip().is_unspecified(), s.local_addr()) {
@@ -850,6 +943,83 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("MASTER_PORT"), "{e}");
+        let e = env(&[ok[0], ("WORLD_SIZE", "18446744073709551615"), ok[2], ok[3]])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("WORLD_SIZE") && e.contains("65536"), "{e}");
+    }
+
+    /// `AINFTP_RDV_PORT` wins; under torchrun's agent store, which holds
+    /// `MASTER_PORT`, the rendezvous takes the port after it.
+    #[test]
+    fn the_rendezvous_port_is_ainftp_rdv_port_or_beside_torchruns_store() {
+        let base = [
+            ("RANK", "1"),
+            ("WORLD_SIZE", "2"),
+            ("MASTER_ADDR", "127.0.0.1"),
+            ("MASTER_PORT", "29500"),
+        ];
+        let port = |extra: &[(&str, &str)]| {
+            let mut vars = base.to_vec();
+            vars.extend_from_slice(extra);
+            env(&vars).map(|e| e.master_port)
+        };
+        assert_eq!(port(&[]), Ok(29500));
+        assert_eq!(port(&[("TORCHELASTIC_USE_AGENT_STORE", "True")]), Ok(29501));
+        assert_eq!(
+            port(&[("TORCHELASTIC_USE_AGENT_STORE", "False")]),
+            Ok(29500)
+        );
+        assert_eq!(port(&[(RDV_PORT_VAR, "31000")]), Ok(31000));
+        let both = [
+            (RDV_PORT_VAR, "31000"),
+            ("TORCHELASTIC_USE_AGENT_STORE", "True"),
+        ];
+        assert_eq!(port(&both), Ok(31000));
+        let e = port(&[(RDV_PORT_VAR, "0")]).unwrap_err().to_string();
+        assert!(
+            e.contains(RDV_PORT_VAR) && e.contains("not a TCP port"),
+            "{e}"
+        );
+        let mut at_top = base.to_vec();
+        at_top[3] = ("MASTER_PORT", "65535");
+        at_top.push(("TORCHELASTIC_USE_AGENT_STORE", "1"));
+        let e = env(&at_top).unwrap_err().to_string();
+        assert!(e.contains(RDV_PORT_VAR), "{e}");
+    }
+
+    /// With torchrun's store listening on MASTER_PORT (as its agent's
+    /// does for the whole job), the ranks meet beside it.
+    #[test]
+    fn ranks_meet_beside_torchruns_store_on_master_port() {
+        // A free pair of ports: the store's, and the rendezvous's after it.
+        let (store, port) = loop {
+            let store = std::net::TcpListener::bind("0.0.0.0:0").unwrap();
+            let port = store.local_addr().unwrap().port();
+            if port < u16::MAX && std::net::TcpListener::bind(("0.0.0.0", port + 1)).is_ok() {
+                break (store, port);
+            }
+        };
+        let handles: Vec<_> = (0..2usize)
+            .map(|r| {
+                std::thread::spawn(move || {
+                    let e = env(&[
+                        ("RANK", &r.to_string()),
+                        ("WORLD_SIZE", "2"),
+                        ("MASTER_ADDR", "127.0.0.1"),
+                        ("MASTER_PORT", &port.to_string()),
+                        ("TORCHELASTIC_USE_AGENT_STORE", "True"),
+                    ])
+                    .unwrap();
+                    let mine = SocketAddrV4::new(Ipv4Addr::LOCALHOST, 40000 + r as u16);
+                    exchange(&e, mine, Duration::from_secs(5)).map(|(table, _)| table)
+                })
+            })
+            .collect();
+        for h in handles {
+            assert_eq!(h.join().unwrap().unwrap().len(), 2);
+        }
+        drop(store);
     }
 
     #[test]
@@ -1089,6 +1259,32 @@ mod tests {
                 "{e}"
             );
         }
+    }
+
+    /// A rank that checked in and then went away (its own deadline came
+    /// first, or it died) gives up its place: its restart takes it, and
+    /// the table carries the restart's address, not the dead one's.
+    #[test]
+    fn a_rank_that_left_after_checking_in_gives_up_its_place() {
+        let port = free_port();
+        let rank = |r: usize, quic_port: u16| {
+            std::thread::spawn(move || {
+                let mine = SocketAddrV4::new(Ipv4Addr::LOCALHOST, quic_port);
+                exchange(&rank_env(r, 3, port), mine, Duration::from_secs(20)).map(|(t, _)| t)
+            })
+        };
+        let rank0 = rank(0, 41200);
+        let mut first = dial(port);
+        first
+            .write_all(b"ainftp-rdv/4 1 3 127.0.0.1:41201 0/1 -\n")
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(100));
+        drop(first);
+        std::thread::sleep(Duration::from_millis(100));
+        let (restarted, rank2) = (rank(1, 41211), rank(2, 41202));
+        let tables = [rank0, restarted, rank2].map(|h| h.join().unwrap().unwrap());
+        assert_eq!(tables[1][1], SocketAddrV4::new(Ipv4Addr::LOCALHOST, 41211));
+        assert!(tables.iter().all(|t| *t == tables[0]), "{tables:?}");
     }
 
     #[test]

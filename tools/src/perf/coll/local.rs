@@ -152,6 +152,9 @@ pub fn spawn_ranks(
             .env("WORLD_SIZE", n.to_string())
             .env("MASTER_ADDR", "127.0.0.1")
             .env("MASTER_PORT", port.to_string())
+            // The rendezvous is on `port`, which this launcher found free.
+            .env_remove(collectives::driver::rendezvous::RDV_PORT_VAR)
+            .env_remove("TORCHELASTIC_USE_AGENT_STORE")
             .env("AINFTP_JOB_ID", &job)
             .env(CHILD_VAR, "1")
             .envs(
