@@ -423,7 +423,9 @@ pub struct PerfArgs {
 
     /// Collectives: start N ranks as child processes on this host
     /// (rendezvous on 127.0.0.1). Without it, one rank per process from
-    /// RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT.
+    /// RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT (the rendezvous port;
+    /// AINFTP_RDV_PORT overrides it, and under torchrun's agent store,
+    /// which holds MASTER_PORT, it is MASTER_PORT + 1).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=64))]
     pub local_ranks: Option<u16>,
 
@@ -462,7 +464,7 @@ pub struct PerfArgs {
     /// the k-th --ip), QUIC connections and thread (pinned to its own CPU
     /// with --local-ranks, else to the k-th CPU of --lcores, which then
     /// names one per lane; on DPDK by default the first CPUs it may run on;
-    /// MASTER_PORT + k is lane k's rendezvous). Every rank must use the
+    /// the rendezvous port + k is lane k's). Every rank must use the
     /// same value.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
     pub lanes: u16,
