@@ -196,7 +196,7 @@ impl Communicator<KernelUdp> {
     ) -> Result<(KernelUdp, DriverConfig)> {
         config.validate()?;
         if let Some(cap) = config.follow_route_mtu {
-            let master = env.master()?;
+            let master = env.master_by(Instant::now() + config.connect_timeout)?;
             config.udp.max_payload = stack::io::kernel::route_payload(master, cap)
                 .map_err(|e| Error::Transport(format!("route MTU to {master}: {e}")))?;
             tracing::debug!(%master, payload = config.udp.max_payload, "datagrams sized by the route MTU");

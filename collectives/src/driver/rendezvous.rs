@@ -209,7 +209,21 @@ impl RankEnv {
         })
     }
 
-    /// `MASTER_ADDR:MASTER_PORT` resolved to an IPv4 address.
+    /// `master`, asked again until `deadline` while it fails: a master's
+    /// name may resolve only once its host is up (a Kubernetes headless
+    /// Service names a pod that is still starting).
+    pub fn master_by(&self, deadline: Instant) -> Result<SocketAddrV4> {
+        loop {
+            match self.master() {
+                Err(_) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(100))
+                }
+                done => return done,
+            }
+        }
+    }
+
+    /// `MASTER_ADDR` and the rendezvous port, resolved to an IPv4 address.
     pub fn master(&self) -> Result<SocketAddrV4> {
         let addrs = (self.master_addr.as_str(), self.master_port)
             .to_socket_addrs()
@@ -291,8 +305,8 @@ pub fn exchange(
     mine: SocketAddrV4,
     timeout: Duration,
 ) -> Result<(Vec<SocketAddrV4>, Watch)> {
-    let master = env.master()?;
     let deadline = Instant::now() + timeout;
+    let master = env.master_by(deadline)?;
     if env.rank == 0 {
         let ip = if mine.ip().is_unspecified() {
             if master.ip().is_unspecified() {
@@ -1259,6 +1273,26 @@ mod tests {
                 "{e}"
             );
         }
+    }
+
+    /// A master whose name does not resolve yet is asked for again until
+    /// the timeout, then named.
+    #[test]
+    fn a_master_name_that_does_not_resolve_is_retried_until_the_timeout() {
+        let mut e = rank_env(1, 2, 29500);
+        e.master_addr = "no-such-host.invalid".into();
+        let start = Instant::now();
+        let err = exchange(&e, wildcard(41300), Duration::from_millis(800)).unwrap_err();
+        assert!(
+            start.elapsed() >= Duration::from_millis(800),
+            "{:?}",
+            start.elapsed()
+        );
+        let err = err.to_string();
+        assert!(
+            err.contains("MASTER_ADDR") && err.contains("no-such-host.invalid"),
+            "{err}"
+        );
     }
 
     /// A rank that checked in and then went away (its own deadline came
