@@ -1176,3 +1176,64 @@ fn a_rank_that_left_before_its_last_messages_arrived_is_named_at_once() {
     }
     assert!(took < Duration::from_secs(2), "named after {took:?}");
 }
+
+#[test]
+fn a_rank_that_dies_after_the_rendezvous_is_named_while_the_mesh_connects() {
+    // Rank 1 checks in, reads the table and is gone (its liveness link
+    // closes without a bye) before it ever connects. Rank 0 learns it
+    // from the link at once, not from the connect timeout.
+    use std::io::{Read, Write};
+    let master_port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mute = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let mute_addr = mute.local_addr().unwrap();
+    let dying_rank = std::thread::spawn(move || {
+        let start = Instant::now();
+        let mut s = loop {
+            match std::net::TcpStream::connect(("127.0.0.1", master_port)) {
+                Ok(s) => break s,
+                Err(_) if start.elapsed() < Duration::from_secs(5) => {
+                    std::thread::sleep(Duration::from_millis(10))
+                }
+                Err(e) => panic!("rank 0 does not listen: {e}"),
+            }
+        };
+        writeln!(s, "ainftp-rdv/4 1 2 {mute_addr} 0/1 -").unwrap();
+        let mut table = [0u8; 64];
+        let n = s.read(&mut table).unwrap();
+        String::from_utf8_lossy(&table[..n]).into_owned()
+    });
+    let env = collectives::driver::RankEnv {
+        rank: 0,
+        world: 2,
+        master_addr: "127.0.0.1".into(),
+        master_port,
+        lane: collectives::driver::Lane::ONLY,
+        job: None,
+    };
+    let cfg = DriverConfig {
+        connect_timeout: Duration::from_secs(10),
+        ..DriverConfig::default()
+    };
+    let io = stack::io::kernel::KernelUdp::bind("127.0.0.1:0".parse().unwrap(), cfg.udp.clone())
+        .unwrap();
+    let advertise = io.local_addr();
+    let t = Instant::now();
+    let err = Communicator::from_env_with_at(&env, io, advertise, cfg)
+        .err()
+        .expect("rank 1 is gone");
+    assert!(dying_rank.join().unwrap().starts_with("ok 2"));
+    match &err {
+        Error::PeerLost { rank: 1, .. } => {}
+        other => panic!("expected rank 1 lost, got {other} after {:?}", t.elapsed()),
+    }
+    assert!(
+        t.elapsed() < Duration::from_secs(3),
+        "took {:?}",
+        t.elapsed()
+    );
+    drop(mute);
+}

@@ -16,7 +16,7 @@ use stack::io::kernel::KernelUdp;
 use tracing::debug;
 
 use super::backend::{Backend, WireCounters};
-use super::mesh::Mesh;
+use super::mesh::{ConnectWait, Mesh};
 use super::rendezvous::{self, RankEnv};
 use super::watch::Watch;
 use super::DriverConfig;
@@ -229,9 +229,18 @@ impl<B: Backend> Communicator<B> {
         let start = Instant::now();
         let (peers, watch) = rendezvous::exchange(env, advertise, config.connect_timeout)?;
         let left = config.connect_left(start);
-        Communicator::with_backend_within(env.rank, env.world, io, peers, config, left)
-            .map(|c| c.watched(watch))
-            .map_err(|e| DriverConfig::join_error(start, e))
+        let mut watch = watch;
+        Communicator::with_backend_within(
+            env.rank,
+            env.world,
+            io,
+            peers,
+            config,
+            left,
+            Some(&mut watch),
+        )
+        .map(|c| c.watched(watch))
+        .map_err(|e| DriverConfig::join_error(start, e))
     }
 
     /// Connects over an already open backend (`peers[rank]` is this rank's
@@ -244,7 +253,7 @@ impl<B: Backend> Communicator<B> {
         config: DriverConfig,
     ) -> Result<Self> {
         let limit = config.connect_timeout;
-        Communicator::with_backend_within(rank, world, io, peers, config, limit)
+        Communicator::with_backend_within(rank, world, io, peers, config, limit, None)
     }
 
     /// `with_backend`, giving up on the connections after `limit` (what is
@@ -256,9 +265,11 @@ impl<B: Backend> Communicator<B> {
         peers: Vec<SocketAddrV4>,
         config: DriverConfig,
         limit: Duration,
+        watch: Option<&mut Watch>,
     ) -> Result<Self> {
         let mut engine = Engine::new(rank, world, config.engine.clone())?;
-        let mesh = Mesh::connect(rank, world, io, peers, &config, limit, &mut engine)?;
+        let wait = ConnectWait { limit, watch };
+        let mesh = Mesh::connect(rank, world, io, peers, &config, wait, &mut engine)?;
         let clock = Clock::new(config.timeout);
         Ok(Communicator {
             rank,

@@ -124,8 +124,9 @@ where
         meshes.push((io, peers, watch));
     }
     let left = config.connect_left(start);
-    let connect = |(io, peers, watch)| {
-        Communicator::with_backend_within(env.rank, env.world, io, peers, config.clone(), left)
+    let connect = |(io, peers, mut watch)| {
+        let c = config.clone();
+        Communicator::with_backend_within(env.rank, env.world, io, peers, c, left, Some(&mut watch))
             .map(|c| c.watched(watch))
             .map_err(|e| DriverConfig::join_error(start, e))
     };

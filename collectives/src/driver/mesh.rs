@@ -26,6 +26,7 @@ use tracing::{debug, warn};
 use super::backend::{Backend, Counting, WireCounters};
 use super::framing::{FrameQueue, FrameReader};
 use super::identity;
+use super::watch::Watch;
 use super::DriverConfig;
 use crate::engine::Engine;
 use crate::error::{Error, Result};
@@ -209,16 +210,23 @@ pub struct Mesh<B: Backend> {
     names_verified: bool,
 }
 
+/// How long `Mesh::connect` waits for every peer, and the job's liveness
+/// links, if it has them: a rank they find gone ends the wait at once.
+pub struct ConnectWait<'a> {
+    pub limit: Duration,
+    pub watch: Option<&'a mut Watch>,
+}
+
 impl<B: Backend> Mesh<B> {
     /// Dials the higher ranks and waits until every peer is connected and
-    /// identified, or `limit` passes.
+    /// identified, or `wait.limit` passes.
     pub fn connect(
         rank: usize,
         world: usize,
         io: B,
         peers: Vec<SocketAddrV4>,
         cfg: &DriverConfig,
-        limit: Duration,
+        wait: ConnectWait<'_>,
         engine: &mut Engine,
     ) -> Result<Mesh<B>> {
         if peers.len() != world {
@@ -308,7 +316,7 @@ impl<B: Backend> Mesh<B> {
                 mesh.pending += mesh.links[idx].out.pending_bytes();
             }
         }
-        mesh.wait_connected(limit, engine)?;
+        mesh.wait_connected(wait, engine)?;
         Ok(mesh)
     }
 
@@ -376,10 +384,23 @@ impl<B: Backend> Mesh<B> {
 
     /// Messages of a fast peer's first collective may arrive meanwhile:
     /// `engine` (idle) keeps them for when that collective starts here.
-    fn wait_connected(&mut self, limit: Duration, engine: &mut Engine) -> Result<()> {
+    /// A rank that `watch` (the job's liveness links) finds gone fails the
+    /// wait at once: it will never connect.
+    fn wait_connected(&mut self, wait: ConnectWait<'_>, engine: &mut Engine) -> Result<()> {
+        let ConnectWait { limit, mut watch } = wait;
         let start = Instant::now();
         loop {
             let moved = self.turn(engine, &mut [], &mut false)?;
+            if let Some(w) = watch.as_deref_mut() {
+                w.poll();
+                if let Some(rank) = w.lost().into_iter().find(|&r| r != self.rank) {
+                    return Err(Error::PeerLost {
+                        rank,
+                        addr: self.peers[rank].to_string(),
+                        seq: 0,
+                    });
+                }
+            }
             // A dialled link counts once the peer acknowledged our hello:
             // by then its HANDSHAKE_DONE has reached us too (it leads the
             // peer's 1-RTT packets). Before that confirmation quiche can
