@@ -377,3 +377,55 @@ fn a_collective_whose_packets_the_path_drops_fails_instead_of_waiting() {
         "rank 1 heard of rank 0's failure at once: {after1:?}"
     );
 }
+
+/// MASTER_ADDR is a service address on the router (a Kubernetes
+/// ClusterIP, a load balancer) that forwards only the rendezvous's TCP
+/// port to rank 0. Rank 0, bound to a wildcard, publishes its own
+/// address, where the rendezvous's connections arrived, not the service
+/// address, which forwards none of its QUIC traffic. (Nobody dials rank
+/// 0 today, so only the table and the errors that name its address
+/// would be wrong.)
+#[test]
+fn rank_0_behind_a_service_address_publishes_its_own() {
+    const SERVICE: Ipv4Addr = Ipv4Addr::new(10, 67, 9, 9);
+    let net = Net::up("ainfcv");
+    sh(&format!(
+        "ip netns exec ainfcvr nft -f - <<'EOF'
+table ip svc {{
+    chain pre {{
+        type nat hook prerouting priority -100;
+        ip daddr {SERVICE} tcp dport {MASTER_PORT} dnat to {RANK0}:{MASTER_PORT}
+    }}
+}}
+EOF"
+    ));
+    let ranks: Vec<_> = [("ainfcva", Ipv4Addr::UNSPECIFIED), ("ainfcvb", RANK1)]
+        .into_iter()
+        .enumerate()
+        .map(|(rank, (ns, ip))| {
+            std::thread::spawn(move || {
+                let f = std::fs::File::open(format!("/run/netns/{ns}")).unwrap();
+                nix::sched::setns(&f, nix::sched::CloneFlags::CLONE_NEWNET).unwrap();
+                let env = RankEnv {
+                    rank,
+                    world: 2,
+                    master_addr: SERVICE.to_string(),
+                    master_port: MASTER_PORT,
+                    lane: collectives::driver::Lane::ONLY,
+                    job: None,
+                };
+                let mine = SocketAddrV4::new(ip, [PORT0, PORT1][rank]);
+                collectives::driver::rendezvous::exchange(&env, mine, Duration::from_secs(5))
+                    .map(|(table, _)| table)
+                    .map_err(|e| e.to_string())
+            })
+        })
+        .collect();
+    let tables: Vec<_> = ranks.into_iter().map(|h| h.join().unwrap()).collect();
+    let want = vec![
+        SocketAddrV4::new(RANK0, PORT0),
+        SocketAddrV4::new(RANK1, PORT1),
+    ];
+    assert_eq!(tables, vec![Ok(want.clone()), Ok(want)]);
+    drop(net);
+}

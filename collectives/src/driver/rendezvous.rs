@@ -591,7 +591,10 @@ fn serve(
 /// loopback entries that were made from a wildcard bind (rank 0's own when
 /// `rank0_wildcard`; another rank's when it is the address its connection
 /// came from) are renamed to the address that rank reached rank 0 on. A
-/// rank bound to a loopback address on purpose keeps it.
+/// rank bound to a loopback address on purpose keeps it. So is rank 0's
+/// own entry from a wildcard bind when MASTER_ADDR is no address of its
+/// host (a Kubernetes ClusterIP, a load balancer's or a port forward's):
+/// the address the other ranks' connections arrived at is.
 fn name_local_ranks_as_remote_ranks_see_them(
     table: &mut [SocketAddrV4],
     checked_in: &[(usize, TcpStream)],
@@ -616,12 +619,18 @@ fn name_local_ranks_as_remote_ranks_see_them(
         })
         .map(|(rank, _)| *rank)
         .collect();
-    if rank0_wildcard && table[0].ip().is_loopback() {
+    if rank0_wildcard && (table[0].ip().is_loopback() || !is_own_address(*table[0].ip())) {
         renamed.push(0);
     }
     for rank in renamed {
         table[rank] = SocketAddrV4::new(ip, table[rank].port());
     }
+}
+
+/// Whether `ip` is an address of this host (in this network namespace):
+/// only those can be bound to.
+fn is_own_address(ip: Ipv4Addr) -> bool {
+    std::net::UdpSocket::bind((ip, 0)).is_ok()
 }
 
 /// How long rank 0 gives all its answers together, beyond the time they
