@@ -658,6 +658,19 @@ fn missing_environment_and_bad_dpdk_flags_are_one_line_errors() {
         stderr.contains("AINFTP_JOB_ID: \"my job\" is not a job id"),
         "{stderr}"
     );
+    // Ranks on one host cannot all bind one fixed port.
+    let out = Command::new(PERF)
+        .args(["allreduce", "--local-ranks", "2", "-e", "8"])
+        .env("AINFTP_BIND", "127.0.0.1:7000")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.contains("AINFTP_BIND=127.0.0.1:7000") && stderr.contains("127.0.0.1:0"),
+        "{stderr}"
+    );
 
     // A lone DPDK rank's flags are checked before DPDK starts: it needs a
     // port, and with lanes a port and an address per lane.
