@@ -1026,42 +1026,53 @@ fn a_broadcast_root_may_run_any_number_of_collectives_ahead() {
 #[test]
 fn a_broadcast_root_whose_receiver_left_fails_instead_of_waiting_on_it() {
     // The root of a broadcast completes once its data is queued, then
-    // waits (up to the timeout) for it to leave. A receiver that left
-    // will never take it: the root must say so, blocking or not, and not
+    // waits (up to the timeout) for it to leave. A receiver that left,
+    // here after a failure (it closes at once, taking nothing more), will
+    // never take it: the root must say so, blocking or not, and not
     // report success for data nobody takes (or wait out the timeout on
-    // every call for it).
-    let cfg = DriverConfig {
+    // every call for it). Non-blocking, the failure comes with the next
+    // call: a waited result stays whole.
+    let mut cfg = DriverConfig {
         timeout: Duration::from_secs(3),
         ..DriverConfig::default()
     };
-    let n = 16 * 1024;
+    // 1 MiB of credit for 4 MiB broadcasts: most of each waits in the
+    // driver until the receiver reads.
+    cfg.quic.stream_window = 1 << 20;
+    cfg.quic.connection_window = 1 << 20;
+    let n = 1 << 20;
     for blocking in [true, false] {
         let out = on_ranks(2, cfg.clone(), move |mut c| {
             for k in 0..3 {
                 c.broadcast(&mut vec![k as f32; n], 0).unwrap();
             }
             if c.rank() == 1 {
-                drop(c); // leaves, having completed 3
+                // Leaves at once with a collective not waited for.
+                let _h = c.start(Collective::broadcast(0), vec![0.0; n]).unwrap();
+                assert!(c.shutdown().is_err());
                 return None;
             }
             std::thread::sleep(Duration::from_millis(300));
             let start = Instant::now();
             let err = (3..23).find_map(|k| match blocking {
                 true => c.broadcast(&mut vec![k as f32; n], 0).err(),
-                false => {
-                    let h = c
-                        .start(Collective::broadcast(0), vec![k as f32; n])
-                        .unwrap();
-                    c.wait(h).err()
-                }
+                false => match c.start(Collective::broadcast(0), vec![k as f32; n]) {
+                    Ok(h) => c.wait(h).err(),
+                    Err(e) => Some(e),
+                },
             });
             Some((err, start.elapsed()))
         });
         let (err, took) = out[0].clone().unwrap();
-        match err {
+        let left = match &err {
+            Some(Error::Failed(e)) => Some(&**e),
+            other => other.as_ref(),
+        };
+        match left {
             Some(Error::PeerLeft {
                 rank: 1,
                 completed: 3,
+                failed: true,
                 ..
             }) => {}
             other => panic!(
@@ -1236,4 +1247,37 @@ fn a_rank_that_dies_after_the_rendezvous_is_named_while_the_mesh_connects() {
         t.elapsed()
     );
     drop(mute);
+}
+
+#[test]
+fn frames_held_back_are_taken_after_their_sender_closed() {
+    // The root runs 70 small broadcasts ahead and leaves (its close waits
+    // 1 s for rank 1, which sleeps longer). Rank 1's progress thread has
+    // read it all meanwhile: 64 collectives' messages early, the rest held
+    // back behind them with the root's goodbye, and then the connection
+    // closes. What it holds is still taken as rank 1 catches up.
+    const ROUNDS: usize = 70;
+    let cfg = DriverConfig {
+        timeout: Duration::from_secs(1),
+        ..DriverConfig::default()
+    };
+    let out = on_ranks(2, cfg, move |c| {
+        if c.rank() == 0 {
+            let mut c = c;
+            for k in 0..ROUNDS {
+                c.broadcast(&mut [k as f32; 16], 0).unwrap();
+            }
+            return (0, 0);
+        }
+        let mut bg = Background::spawn(c, None).unwrap();
+        std::thread::sleep(Duration::from_millis(1500));
+        let mut wrong = 0;
+        for k in 0..ROUNDS {
+            let got = bg.run(Collective::broadcast(0), vec![-1.0; 16]).unwrap();
+            wrong += got.iter().filter(|&&x| x != k as f32).count();
+        }
+        (wrong, bg.counters().unwrap().frames_held_back)
+    });
+    assert!(out[1].1 > 0, "frames were held back");
+    assert_eq!(out[1].0, 0, "rank 1 got every broadcast's data");
 }

@@ -425,7 +425,7 @@ impl<B: Backend> Communicator<B> {
             self.drive_until(|c| c.done.contains_key(&id))?;
         }
         let seq = self.engine.seq();
-        self.check_departed(seq, Instant::now())
+        self.check_departed(seq, Instant::now(), |_| true)
             .map_err(|e| self.fail(e))?;
         let first = match self.engine.start(collective, buf) {
             Ok(p) => p,
@@ -447,12 +447,9 @@ impl<B: Backend> Communicator<B> {
             }
             between().map_err(|e| self.fail(e))?;
             // Done here; our last sends may wait on a slow peer's flow
-            // control. Bounded: they also leave with the next call. A
-            // peer that left without this collective (a broadcast root's
-            // receiver) will never take them.
+            // control. Bounded: they also leave with the next call (and
+            // `round` fails them for a peer that left without them).
             if complete {
-                self.check_departed(seq, Instant::now())
-                    .map_err(|e| self.fail(e))?;
                 let until = *flush_until.get_or_insert_with(|| Instant::now() + self.cfg.timeout);
                 if Instant::now() > until {
                     break;
@@ -576,7 +573,7 @@ impl<B: Backend> Communicator<B> {
         };
         if !head.started {
             head.started = true;
-            if let Err(e) = self.check_departed(self.engine.seq(), Instant::now()) {
+            if let Err(e) = self.check_departed(self.engine.seq(), Instant::now(), |_| true) {
                 let e = self.fail(e);
                 self.retire(Err(e));
                 return Ok(());
@@ -650,8 +647,15 @@ impl<B: Backend> Communicator<B> {
             }
         }
         if self.engine.is_active() {
-            self.check_departed(self.engine.seq(), now)?;
+            self.check_departed(self.engine.seq(), now, |_| true)?;
             self.check_liveness(now)?;
+        } else if !self.mesh.is_flushed() {
+            // A completed collective's sends wait to leave: a peer that
+            // left without completing it (a broadcast root's receiver that
+            // failed) will never take those queued for it, and waiting
+            // them out took the whole timeout, call after call.
+            let last = self.engine.seq().wrapping_sub(1);
+            self.check_departed(last, now, |r| self.mesh.sends_waiting_for(r))?;
         }
         Ok(())
     }
@@ -661,14 +665,23 @@ impl<B: Backend> Communicator<B> {
     /// never send, or take, the rest of it; one whose liveness link (or,
     /// without the rendezvous's links, its UDP port) closed without a
     /// goodbye crashed.
-    fn check_departed(&self, seq: u32, now: Instant) -> Result<()> {
+    fn check_departed(
+        &self,
+        seq: u32,
+        now: Instant,
+        concerned: impl Fn(usize) -> bool,
+    ) -> Result<()> {
         let said_goodbye = |r: usize| self.mesh.departed().iter().any(|&(d, _)| d == r);
         // A liveness link says whether a rank's process lives; a closed
         // UDP port says less: a NAT that moved a live rank to a new port
         // leaves the old one closed, and the rank may compute for long
         // before it speaks again from the new one.
         if self.watch.is_none() {
-            if let Some(rank) = self.mesh.gone(now).find(|&r| !said_goodbye(r)) {
+            if let Some(rank) = self
+                .mesh
+                .gone(now)
+                .find(|&r| !said_goodbye(r) && concerned(r))
+            {
                 return Err(Error::PeerGone {
                     rank,
                     addr: self.mesh.addr_of(rank).to_string(),
@@ -681,7 +694,7 @@ impl<B: Backend> Communicator<B> {
             .iter()
             .flat_map(|w| w.lost_for(LOST_GRACE, now))
             .filter(|&r| r != self.rank);
-        if let Some(rank) = lost.find(|&r| !said_goodbye(r)) {
+        if let Some(rank) = lost.find(|&r| !said_goodbye(r) && concerned(r)) {
             return Err(Error::PeerLost {
                 rank,
                 addr: self.mesh.addr_of(rank).to_string(),
@@ -700,7 +713,7 @@ impl<B: Backend> Communicator<B> {
             .mesh
             .departed()
             .iter()
-            .find(|&&(rank, bye)| missed(bye.completed) || cut_off(rank))
+            .find(|&&(rank, bye)| concerned(rank) && (missed(bye.completed) || cut_off(rank)))
         {
             Some(&(rank, bye)) => Err(Error::PeerLeft {
                 rank,

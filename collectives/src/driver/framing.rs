@@ -216,6 +216,12 @@ impl FrameReader {
         Ok(Some(&self.buf[at..at + len]))
     }
 
+    /// Whether a complete frame is waiting (a frame too long counts: the
+    /// next `next_frame` reports it).
+    pub fn has_frame(&self) -> bool {
+        !matches!(self.complete_frame_len(), Ok(None))
+    }
+
     /// The body length of the frame at the front, once all of it is here.
     fn complete_frame_len(&self) -> Result<Option<usize>, TooLong> {
         let avail = self.end - self.start;

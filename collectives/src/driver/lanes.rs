@@ -202,9 +202,10 @@ where
     }
 
     /// Split a bucket into parts of at least `bytes` from now on, one per
-    /// lane, as many as fit (at least [`MIN_SPLIT_PARTS`], or every lane
-    /// when there are fewer): with 8 lanes and 1 MiB, a 4 MiB bucket goes
-    /// to 4 lanes. Every rank must use the same value.
+    /// lane, as many as fit, when that is at least [`MIN_SPLIT_PARTS`]
+    /// (or every lane, when there are fewer); else it runs on one lane.
+    /// With 8 lanes and 1 MiB, a 4 MiB bucket goes to 4 lanes. Every rank
+    /// must use the same value.
     pub fn set_min_lane_bytes(&mut self, bytes: usize) {
         self.min_lane_bytes = bytes.max(1);
     }

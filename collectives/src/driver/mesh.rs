@@ -704,7 +704,17 @@ impl<B: Backend> Mesh<B> {
     ) -> Result<usize> {
         let mut frames = 0;
         for i in 0..self.links.len() {
-            if !self.links[i].established || self.links[i].closed {
+            if !self.links[i].established {
+                continue;
+            }
+            if self.links[i].closed {
+                // Frames a rank's closed link still holds (ones held back
+                // until this rank caught up, its goodbye behind them) are
+                // taken as the engine can.
+                if self.links[i].rank.is_some() && self.links[i].input.has_frame() {
+                    let conn = self.links[i].conn;
+                    self.take_frames(i, conn, engine, buf, completed, &mut frames)?;
+                }
                 continue;
             }
             if self.links[i].stream.is_none() {
@@ -1090,14 +1100,22 @@ impl<B: Backend> Mesh<B> {
         }
     }
 
+    /// Whether some of our frames for `rank` wait on its links.
+    pub fn sends_waiting_for(&self, rank: usize) -> bool {
+        self.peer_links[rank]
+            .iter()
+            .any(|&j| !self.links[j].out.is_empty())
+    }
+
     /// Whether nothing more can come from `rank`: each of its links is
-    /// closed or has its stream finished.
+    /// closed or has its stream finished, and holds no frame not taken yet.
     pub fn nothing_more_from(&self, rank: usize) -> bool {
         let links = &self.peer_links[rank];
         !links.is_empty()
-            && links
-                .iter()
-                .all(|&j| self.links[j].closed || self.links[j].fin_received)
+            && links.iter().all(|&j| {
+                let l = &self.links[j];
+                (l.closed || l.fin_received) && !l.input.has_frame()
+            })
     }
 
     /// Records `rank`'s goodbye, once per rank though it comes on every

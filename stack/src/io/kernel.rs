@@ -161,6 +161,9 @@ pub struct KernelUdpStats {
     pub port_unreachable: u64,
     /// Other errors read from the error queue (host unreachable, too big).
     pub icmp_other: u64,
+    /// Sends the kernel failed for an earlier datagram's ICMP error, and
+    /// that went again.
+    pub icmp_retries: u64,
 }
 
 /// Errors from [`KernelUdp::bind`]; each message names the fix.
@@ -872,6 +875,7 @@ impl PacketIo for KernelUdp {
                         && (self.read_error_queue() > 0 || reported_by_icmp(&e)) =>
                 {
                     retried_at = Some(i);
+                    self.stats.icmp_retries += 1;
                 }
                 Err(e) if seg.is_some() && gso_refused(&e) && msgs[0] == 1 => {
                     // A datagram alone refused in a GSO send: older kernels

@@ -150,7 +150,7 @@ fn spawn_local(args: &PerfArgs, n: usize) -> Result<()> {
         Transport::Udp => {
             // Every rank on this host would bind it: all but one fail.
             let bind = collectives::driver::rendezvous::bind_from_env()?;
-            if let Some(b) = bind.filter(|b| b.port() != 0) {
+            if let Some(b) = bind.filter(|b| b.port() != 0 && n > 1) {
                 return Err(Error::Usage(format!(
                     "AINFTP_BIND={b} names a port, which only one of --local-ranks {n} ranks can bind: give port 0 ({}:0) and each rank takes a free one",
                     b.ip()
