@@ -868,6 +868,32 @@ fn a_shutdown_that_waits_out_a_busy_peer_says_it_has_not_finished() {
     }
 }
 
+/// Rank 0 of a world of two, through the rendezvous on `master_port`
+/// (rank 1 is the caller's to play), with `connect_timeout`: how it
+/// failed, and when.
+fn rank_0_of_two_fails(master_port: u16, connect_timeout: Duration) -> (Error, Duration) {
+    let env = collectives::driver::RankEnv {
+        rank: 0,
+        world: 2,
+        master_addr: "127.0.0.1".into(),
+        master_port,
+        lane: collectives::driver::Lane::ONLY,
+        job: None,
+    };
+    let cfg = DriverConfig {
+        connect_timeout,
+        ..DriverConfig::default()
+    };
+    let io = stack::io::kernel::KernelUdp::bind("127.0.0.1:0".parse().unwrap(), cfg.udp.clone())
+        .unwrap();
+    let advertise = io.local_addr();
+    let t = Instant::now();
+    let err = Communicator::from_env_with_at(&env, io, advertise, cfg)
+        .err()
+        .expect("rank 0 cannot connect to rank 1");
+    (err, t.elapsed())
+}
+
 #[test]
 fn the_rendezvous_and_the_connections_share_one_connect_timeout() {
     // Rank 1 checks in late (1.5 s) with an address where a socket sits
@@ -889,26 +915,7 @@ fn the_rendezvous_and_the_connections_share_one_connect_timeout() {
         let _ = s.read_to_string(&mut table);
         table
     });
-    let env = collectives::driver::RankEnv {
-        rank: 0,
-        world: 2,
-        master_addr: "127.0.0.1".into(),
-        master_port,
-        lane: collectives::driver::Lane::ONLY,
-        job: None,
-    };
-    let cfg = DriverConfig {
-        connect_timeout: Duration::from_secs(3),
-        ..DriverConfig::default()
-    };
-    let io = stack::io::kernel::KernelUdp::bind("127.0.0.1:0".parse().unwrap(), cfg.udp.clone())
-        .unwrap();
-    let advertise = io.local_addr();
-    let t = Instant::now();
-    let err = Communicator::from_env_with_at(&env, io, advertise, cfg)
-        .err()
-        .expect("nobody answers at rank 1's address");
-    let took = t.elapsed();
+    let (err, took) = rank_0_of_two_fails(master_port, Duration::from_secs(3));
     match &err {
         Error::ConnectTimeout { missing, waited_ms } => {
             assert_eq!(missing, &[1]);
@@ -1217,35 +1224,13 @@ fn a_rank_that_dies_after_the_rendezvous_is_named_while_the_mesh_connects() {
         let n = s.read(&mut table).unwrap();
         String::from_utf8_lossy(&table[..n]).into_owned()
     });
-    let env = collectives::driver::RankEnv {
-        rank: 0,
-        world: 2,
-        master_addr: "127.0.0.1".into(),
-        master_port,
-        lane: collectives::driver::Lane::ONLY,
-        job: None,
-    };
-    let cfg = DriverConfig {
-        connect_timeout: Duration::from_secs(10),
-        ..DriverConfig::default()
-    };
-    let io = stack::io::kernel::KernelUdp::bind("127.0.0.1:0".parse().unwrap(), cfg.udp.clone())
-        .unwrap();
-    let advertise = io.local_addr();
-    let t = Instant::now();
-    let err = Communicator::from_env_with_at(&env, io, advertise, cfg)
-        .err()
-        .expect("rank 1 is gone");
+    let (err, took) = rank_0_of_two_fails(master_port, Duration::from_secs(10));
     assert!(dying_rank.join().unwrap().starts_with("ok 2"));
     match &err {
         Error::PeerLost { rank: 1, .. } => {}
-        other => panic!("expected rank 1 lost, got {other} after {:?}", t.elapsed()),
+        other => panic!("expected rank 1 lost, got {other} after {took:?}"),
     }
-    assert!(
-        t.elapsed() < Duration::from_secs(3),
-        "took {:?}",
-        t.elapsed()
-    );
+    assert!(took < Duration::from_secs(3), "took {took:?}");
     drop(mute);
 }
 

@@ -646,27 +646,24 @@ fn missing_environment_and_bad_dpdk_flags_are_one_line_errors() {
         "{stderr}"
     );
     // With --local-ranks the launcher says so once, before any rank runs.
-    let out = Command::new(PERF)
-        .args(["allreduce", "--local-ranks", "2", "-e", "8"])
-        .env("AINFTP_JOB_ID", "my job")
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success());
-    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    let local_ranks_refuse = |var: &str, value: &str| {
+        let out = Command::new(PERF)
+            .args(["allreduce", "--local-ranks", "2", "-e", "8"])
+            .env(var, value)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(!out.status.success());
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+        stderr
+    };
+    let stderr = local_ranks_refuse("AINFTP_JOB_ID", "my job");
     assert!(
         stderr.contains("AINFTP_JOB_ID: \"my job\" is not a job id"),
         "{stderr}"
     );
     // Ranks on one host cannot all bind one fixed port.
-    let out = Command::new(PERF)
-        .args(["allreduce", "--local-ranks", "2", "-e", "8"])
-        .env("AINFTP_BIND", "127.0.0.1:7000")
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success());
-    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    let stderr = local_ranks_refuse("AINFTP_BIND", "127.0.0.1:7000");
     assert!(
         stderr.contains("AINFTP_BIND=127.0.0.1:7000") && stderr.contains("127.0.0.1:0"),
         "{stderr}"
