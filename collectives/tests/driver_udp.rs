@@ -952,6 +952,18 @@ fn a_peer_that_binds_late_is_not_taken_for_dead() {
     }
 }
 
+/// A 3 s timeout, and 1 MiB of flow-control credit per stream and
+/// connection: a peer that does not read holds its sender back soon.
+fn one_mib_of_credit() -> DriverConfig {
+    let mut cfg = DriverConfig {
+        timeout: Duration::from_secs(3),
+        ..DriverConfig::default()
+    };
+    cfg.quic.stream_window = 1 << 20;
+    cfg.quic.connection_window = 1 << 20;
+    cfg
+}
+
 #[test]
 fn a_root_waiting_on_a_slow_peer_to_drain_naps_instead_of_spinning() {
     // The root of a broadcast is done once its data is queued; what QUIC
@@ -960,15 +972,9 @@ fn a_root_waiting_on_a_slow_peer_to_drain_naps_instead_of_spinning() {
     // liveness ping would have been due (a quarter of the 3 s timeout):
     // pings are not sent outside a collective, and a past ping time once
     // made every wait return at once.
-    let mut cfg = DriverConfig {
-        timeout: Duration::from_secs(3),
-        ..DriverConfig::default()
-    };
     // 1 MiB of credit from the sleeping peer, for 4 MiB of data.
-    cfg.quic.stream_window = 1 << 20;
-    cfg.quic.connection_window = 1 << 20;
     let n = 1 << 20;
-    let out = on_ranks(2, cfg, move |mut c| {
+    let out = on_ranks(2, one_mib_of_credit(), move |mut c| {
         let mut buf = vec![c.rank() as f32; n];
         if c.rank() == 1 {
             std::thread::sleep(Duration::from_millis(1500));
@@ -1039,17 +1045,11 @@ fn a_broadcast_root_whose_receiver_left_fails_instead_of_waiting_on_it() {
     // report success for data nobody takes (or wait out the timeout on
     // every call for it). Non-blocking, the failure comes with the next
     // call: a waited result stays whole.
-    let mut cfg = DriverConfig {
-        timeout: Duration::from_secs(3),
-        ..DriverConfig::default()
-    };
     // 1 MiB of credit for 4 MiB broadcasts: most of each waits in the
     // driver until the receiver reads.
-    cfg.quic.stream_window = 1 << 20;
-    cfg.quic.connection_window = 1 << 20;
     let n = 1 << 20;
     for blocking in [true, false] {
-        let out = on_ranks(2, cfg.clone(), move |mut c| {
+        let out = on_ranks(2, one_mib_of_credit(), move |mut c| {
             for k in 0..3 {
                 c.broadcast(&mut vec![k as f32; n], 0).unwrap();
             }
@@ -1236,33 +1236,40 @@ fn a_rank_that_dies_after_the_rendezvous_is_named_while_the_mesh_connects() {
 
 #[test]
 fn frames_held_back_are_taken_after_their_sender_closed() {
-    // The root runs 70 small broadcasts ahead and leaves (its close waits
-    // 1 s for rank 1, which sleeps longer). Rank 1's progress thread has
-    // read it all meanwhile: 64 collectives' messages early, the rest held
-    // back behind them with the root's goodbye, and then the connection
-    // closes. What it holds is still taken as rank 1 catches up.
+    // The root runs 70 broadcasts ahead and leaves (its close waits its
+    // timeout, 0.5 s, for rank 1, which sleeps 2 s). Rank 1's progress thread reads
+    // meanwhile: 64 collectives' messages early, the rest held back with
+    // the root's goodbye, in rank 1's reader (small messages, many to a
+    // read) or in QUIC's buffer (64 KiB ones, one to a read, which go
+    // when QUIC drops the closed connection). Then the connection closes.
+    // What rank 1 holds is still taken as it catches up.
     const ROUNDS: usize = 70;
     let cfg = DriverConfig {
-        timeout: Duration::from_secs(1),
+        timeout: Duration::from_millis(500),
         ..DriverConfig::default()
     };
-    let out = on_ranks(2, cfg, move |c| {
-        if c.rank() == 0 {
-            let mut c = c;
-            for k in 0..ROUNDS {
-                c.broadcast(&mut [k as f32; 16], 0).unwrap();
+    for n in [16, 16 * 1024] {
+        let out = on_ranks(2, cfg.clone(), move |c| {
+            if c.rank() == 0 {
+                let mut c = c;
+                for k in 0..ROUNDS {
+                    c.broadcast(&mut vec![k as f32; n], 0).unwrap();
+                }
+                return Ok((0, 0));
             }
-            return (0, 0);
-        }
-        let mut bg = Background::spawn(c, None).unwrap();
-        std::thread::sleep(Duration::from_millis(1500));
-        let mut wrong = 0;
-        for k in 0..ROUNDS {
-            let got = bg.run(Collective::broadcast(0), vec![-1.0; 16]).unwrap();
-            wrong += got.iter().filter(|&&x| x != k as f32).count();
-        }
-        (wrong, bg.counters().unwrap().frames_held_back)
-    });
-    assert!(out[1].1 > 0, "frames were held back");
-    assert_eq!(out[1].0, 0, "rank 1 got every broadcast's data");
+            let mut bg = Background::spawn(c, None).unwrap();
+            std::thread::sleep(Duration::from_millis(2000));
+            let mut wrong = 0;
+            for k in 0..ROUNDS {
+                let got = bg.run(Collective::broadcast(0), vec![-1.0; n])?;
+                wrong += got.iter().filter(|&&x| x != k as f32).count();
+            }
+            Ok::<_, Error>((wrong, bg.counters()?.frames_held_back))
+        });
+        let (wrong, held) = out[1]
+            .clone()
+            .unwrap_or_else(|e| panic!("{n} elements: {e}"));
+        assert!(held > 0, "{n} elements: frames were held back");
+        assert_eq!(wrong, 0, "{n} elements: rank 1 got every broadcast's data");
+    }
 }

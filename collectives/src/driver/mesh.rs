@@ -158,6 +158,9 @@ pub struct MeshCounters {
     pub frames_held_back: u64,
 }
 
+/// Bytes a read moves when a closing peer's stream is kept whole.
+const HELD_READ: usize = 256 * 1024;
+
 /// What `take_frames` did with the frames a link's reader held.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Taken {
@@ -757,10 +760,15 @@ impl<B: Backend> Mesh<B> {
             // The frames already here go first: one the engine cannot take
             // yet leaves the link unread (and the peer held back by QUIC's
             // flow control) until it can.
-            if self.take_frames(i, conn, engine, buf, completed, &mut frames)? != Taken::All
-                || self.links[i].fin_received
-                || read >= READ_BUDGET
-            {
+            match self.take_frames(i, conn, engine, buf, completed, &mut frames)? {
+                Taken::All => {}
+                Taken::Refused => return Ok(frames),
+                Taken::HeldBack => {
+                    self.keep_a_closing_peers_rest(i, conn, stream);
+                    return Ok(frames);
+                }
+            }
+            if self.links[i].fin_received || read >= READ_BUDGET {
                 return Ok(frames);
             }
             let link = &mut self.links[i];
@@ -795,6 +803,33 @@ impl<B: Backend> Mesh<B> {
                 // frames are taken above, now or once the engine can.
                 link.fin_received = true;
                 debug!(addr = %link.addr, "peer finished its stream");
+            }
+        }
+    }
+
+    /// A held-back link whose peer closed its connection (QUIC drains
+    /// it): what QUIC holds of its stream goes when QUIC drops the
+    /// connection, so all of it moves into the reader now, to be taken as
+    /// this rank catches up. (Credit no longer matters: nothing more comes.)
+    fn keep_a_closing_peers_rest(&mut self, i: usize, conn: ConnHandle, stream: u64) {
+        if !self
+            .ep
+            .connection_mut(conn)
+            .is_some_and(|c| c.is_draining())
+        {
+            return;
+        }
+        let link = &mut self.links[i];
+        while !link.fin_received {
+            match self
+                .ep
+                .stream_recv(conn, stream, link.input.spare(HELD_READ))
+            {
+                Ok(Some((n, fin))) if n > 0 || fin => {
+                    link.input.filled(n);
+                    link.fin_received = fin;
+                }
+                _ => break,
             }
         }
     }

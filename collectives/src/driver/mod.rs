@@ -114,8 +114,10 @@ pub struct DriverConfig {
     pub timeout: Duration,
     /// Joining the job gives up after this: the rendezvous and connecting
     /// the mesh (of every lane) share this one budget, except that the
-    /// connections always get at least a quarter of it (at most 5 s), for
-    /// a job whose last rank came late.
+    /// connections, and with several lanes each lane's rendezvous after
+    /// the first, always get at least a quarter of it (at most 5 s), for a
+    /// job whose last rank came late: a join with N lanes may take up to
+    /// N such quarters longer.
     pub connect_timeout: Duration,
     /// Bytes queued in the driver beyond what QUIC accepted, at most.
     pub max_pending_bytes: usize,
