@@ -133,11 +133,14 @@ pub struct Counters {
     pub impair_corrupted: u64,
     /// Naps the lcore's loop took while idle (`IdlePolicy::Adaptive`).
     pub idle_naps: u64,
+    /// ICMP messages for us other than echo requests and replies
+    /// (destination unreachable, time exceeded, ...): taken, not acted on.
+    pub icmp_other_in: u64,
     pub drops: [u64; DropReason::COUNT],
 }
 
 /// Counters kept as plain fields (the drops follow them in the array).
-const FIELDS: usize = 17;
+const FIELDS: usize = 18;
 
 impl Counters {
     pub fn drop(&mut self, reason: DropReason) {
@@ -171,6 +174,7 @@ impl Counters {
         self.impair_reordered += o.impair_reordered;
         self.impair_corrupted += o.impair_corrupted;
         self.idle_naps += o.idle_naps;
+        self.icmp_other_in += o.icmp_other_in;
         for (d, s) in self.drops.iter_mut().zip(o.drops.iter()) {
             *d += s;
         }
@@ -205,6 +209,7 @@ impl Counters {
             self.impair_reordered,
             self.impair_corrupted,
             self.idle_naps,
+            self.icmp_other_in,
         ]);
         a[FIELDS..].copy_from_slice(&self.drops);
         a
@@ -231,6 +236,7 @@ impl Counters {
             impair_reordered: a[14],
             impair_corrupted: a[15],
             idle_naps: a[16],
+            icmp_other_in: a[17],
             drops,
         }
     }

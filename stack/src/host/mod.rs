@@ -345,6 +345,7 @@ impl<P> Host<P> {
                 return Verdict::Consumed;
             }
             if icmp.msg_type() != icmpv4_type::ECHO_REQUEST || icmp.code() != 0 {
+                counters.icmp_other_in += 1;
                 return Verdict::Consumed;
             }
             if wire::echo_request_to_reply_in_place(&mut icmp).is_err() {
@@ -825,6 +826,20 @@ mod tests {
             );
         }
         assert!(h.neighbours().table().is_empty());
+    }
+
+    /// ICMP that is neither echo request nor reply (here port
+    /// unreachable) is taken and counted, and answered by nothing.
+    #[test]
+    fn other_icmp_is_taken_and_counted() {
+        let mut icmp = vec![0u8; 8 + 28];
+        icmp[0] = icmpv4_type::DST_UNREACHABLE;
+        icmp[1] = 3;
+        Icmpv4Packet::new_unchecked(&mut icmp[..]).fill_checksum();
+        let mut f = eth(US, ether_type::IPV4, None, &ipv4(1, &icmp));
+        let mut c = Counters::default();
+        assert_eq!(classify(&mut host(), &mut f, &mut c), Verdict::Consumed);
+        assert_eq!((c.icmp_other_in, c.icmp_echo_replies), (1, 0));
     }
 
     #[test]
