@@ -868,6 +868,12 @@ fn a_shutdown_that_waits_out_a_busy_peer_says_it_has_not_finished() {
     }
 }
 
+/// A TCP port free on 127.0.0.1 (for a rendezvous).
+fn a_free_tcp_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.local_addr().unwrap().port()
+}
+
 /// Rank 0 of a world of two, through the rendezvous on `master_port`
 /// (rank 1 is the caller's to play), with `connect_timeout`: how it
 /// failed, and when.
@@ -900,11 +906,7 @@ fn the_rendezvous_and_the_connections_share_one_connect_timeout() {
     // that never answers: rank 0 must give up when its 3 s budget is
     // spent, not 3 s after the rendezvous, and say how long it tried.
     use std::io::{Read, Write};
-    let master_port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let master_port = a_free_tcp_port();
     let mute = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
     let mute_addr = mute.local_addr().unwrap();
     let late_rank = std::thread::spawn(move || {
@@ -1201,11 +1203,7 @@ fn a_rank_that_dies_after_the_rendezvous_is_named_while_the_mesh_connects() {
     // closes without a bye) before it ever connects. Rank 0 learns it
     // from the link at once, not from the connect timeout.
     use std::io::{Read, Write};
-    let master_port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let master_port = a_free_tcp_port();
     let mute = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
     let mute_addr = mute.local_addr().unwrap();
     let dying_rank = std::thread::spawn(move || {
