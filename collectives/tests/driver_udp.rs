@@ -912,7 +912,7 @@ fn the_rendezvous_and_the_connections_share_one_connect_timeout() {
     let late_rank = std::thread::spawn(move || {
         std::thread::sleep(Duration::from_millis(1500));
         let mut s = std::net::TcpStream::connect(("127.0.0.1", master_port)).unwrap();
-        writeln!(s, "ainftp-rdv/4 1 2 {mute_addr} 0/1 -").unwrap();
+        writeln!(s, "ainftp-rdv/5 1 2 {mute_addr} 0/1 -").unwrap();
         let mut table = String::new();
         let _ = s.read_to_string(&mut table);
         table
@@ -1217,7 +1217,7 @@ fn a_rank_that_dies_after_the_rendezvous_is_named_while_the_mesh_connects() {
                 Err(e) => panic!("rank 0 does not listen: {e}"),
             }
         };
-        writeln!(s, "ainftp-rdv/4 1 2 {mute_addr} 0/1 -").unwrap();
+        writeln!(s, "ainftp-rdv/5 1 2 {mute_addr} 0/1 -").unwrap();
         let mut table = [0u8; 64];
         let n = s.read(&mut table).unwrap();
         String::from_utf8_lossy(&table[..n]).into_owned()
@@ -1269,5 +1269,119 @@ fn frames_held_back_are_taken_after_their_sender_closed() {
             .unwrap_or_else(|e| panic!("{n} elements: {e}"));
         assert!(held > 0, "{n} elements: frames were held back");
         assert_eq!(wrong, 0, "{n} elements: rank 1 got every broadcast's data");
+    }
+}
+
+/// Kernel UDP whose sends can be cut: from then on every datagram is
+/// taken and dropped, as a path that loses them would.
+struct Cuttable {
+    inner: KernelUdp,
+    cut: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl PacketIo for Cuttable {
+    type Buf = <KernelUdp as PacketIo>::Buf;
+    fn recv_burst(&mut self, out: &mut Vec<Self::Buf>, max: usize) -> usize {
+        self.inner.recv_burst(out, max)
+    }
+    fn alloc(&mut self) -> Option<Self::Buf> {
+        self.inner.alloc()
+    }
+    fn send_burst(&mut self, bufs: &mut Vec<Self::Buf>) -> usize {
+        if !self.cut.load(std::sync::atomic::Ordering::Relaxed) {
+            return self.inner.send_burst(bufs);
+        }
+        let n = bufs.len();
+        for b in bufs.drain(..) {
+            self.inner.release(b);
+        }
+        n
+    }
+    fn release(&mut self, buf: Self::Buf) {
+        self.inner.release(buf)
+    }
+    fn poll(&mut self, now: Instant) {
+        self.inner.poll(now)
+    }
+    fn local_ip(&self) -> std::net::Ipv4Addr {
+        self.inner.local_ip()
+    }
+    fn max_payload(&self) -> usize {
+        self.inner.max_payload()
+    }
+}
+
+impl collectives::driver::Backend for Cuttable {
+    fn wait(&mut self, writable: bool, timeout: Duration) -> collectives::Result<()> {
+        collectives::driver::Backend::wait(&mut self.inner, writable, timeout)
+    }
+    fn local_port(&self) -> u16 {
+        self.inner.local_addr().port()
+    }
+}
+
+#[test]
+fn a_failed_ranks_goodbye_reaches_its_peers_when_its_quic_close_is_lost() {
+    // Three ranks through the rendezvous complete one all-reduce. Then
+    // rank 2's path starts losing everything it sends; it starts the
+    // next all-reduce and is dropped (failed: "dropped mid-collective"),
+    // so its QUIC goodbyes and close are all lost. Its liveness link
+    // still says goodbye to rank 0, which tells rank 1: both must fail
+    // the all-reduce at once, naming rank 2, not after their timeout.
+    let master_port = a_free_tcp_port();
+    let cfg = DriverConfig {
+        timeout: Duration::from_secs(8),
+        ..DriverConfig::default()
+    };
+    let ranks: Vec<_> = (0..3)
+        .map(|rank| {
+            let cfg = cfg.clone();
+            std::thread::spawn(move || {
+                let env = collectives::driver::RankEnv {
+                    rank,
+                    world: 3,
+                    master_addr: "127.0.0.1".into(),
+                    master_port,
+                    lane: collectives::driver::Lane::ONLY,
+                    job: None,
+                };
+                let inner =
+                    KernelUdp::bind("127.0.0.1:0".parse().unwrap(), cfg.udp.clone()).unwrap();
+                let advertise = inner.local_addr();
+                let cut = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+                let io = Cuttable {
+                    inner,
+                    cut: cut.clone(),
+                };
+                let mut c = Communicator::from_env_with_at(&env, io, advertise, cfg).unwrap();
+                let mut buf = vec![1.0f32; 1000];
+                c.all_reduce(&mut buf, ReduceOp::Sum).unwrap();
+                assert_eq!(buf[0], 3.0);
+                if rank == 2 {
+                    cut.store(true, std::sync::atomic::Ordering::Relaxed);
+                    let h = c
+                        .start(Collective::all_reduce(ReduceOp::Sum), vec![1.0; 1000])
+                        .unwrap();
+                    let _ = c.test(&h);
+                    drop(c);
+                    return None;
+                }
+                let start = Instant::now();
+                let r = c.all_reduce(&mut buf, ReduceOp::Sum);
+                Some((r, start.elapsed()))
+            })
+        })
+        .collect();
+    let out: Vec<_> = ranks.into_iter().map(|h| h.join().unwrap()).collect();
+    for (rank, got) in out.into_iter().enumerate().take(2) {
+        let (r, took) = got.unwrap();
+        let err = r.expect_err("rank 2 left");
+        // Rank 1 may hear first that rank 0 left, blaming rank 2.
+        assert_eq!(err.peer_at_fault(), Some(2), "rank {rank}: {err}");
+        assert!(
+            matches!(err, Error::PeerLeft { failed: true, .. }),
+            "rank {rank}: {err}"
+        );
+        assert!(took < Duration::from_secs(3), "rank {rank} took {took:?}");
     }
 }

@@ -16,6 +16,7 @@ use stack::io::kernel::KernelUdp;
 use tracing::debug;
 
 use super::backend::{Backend, WireCounters};
+use super::goodbye::Goodbye;
 use super::mesh::{ConnectWait, Mesh};
 use super::rendezvous::{self, RankEnv};
 use super::watch::Watch;
@@ -530,7 +531,11 @@ impl<B: Backend> Communicator<B> {
                 self.queue.len().max(1)
             ))));
         }
-        let unfinished = self.mesh.close(&mut self.engine, self.cfg.timeout, None);
+        let bye = Goodbye::new(self.engine.completed_seq(), None);
+        let unfinished = self.mesh.close(&mut self.engine, self.cfg.timeout, bye);
+        if let Some(mut w) = self.watch.take() {
+            w.say_bye(bye);
+        }
         self.failed = Some(Error::Transport("shut down".into()));
         match unfinished.first() {
             None => Ok(()),
@@ -626,6 +631,11 @@ impl<B: Backend> Communicator<B> {
         let now = Instant::now();
         if let Some(w) = self.watch.as_mut().filter(|_| now >= self.clock.next_watch) {
             w.poll();
+            for (rank, bye) in w.take_departed() {
+                if rank != self.rank {
+                    self.mesh.note_departed(rank, bye);
+                }
+            }
             self.clock.next_watch = now + WATCH_EVERY;
         }
         if work > 0 || *complete {
@@ -821,12 +831,13 @@ impl<B: Backend> Drop for Communicator<B> {
         } else {
             self.cfg.timeout
         };
-        let _ = self
-            .mesh
-            .close(&mut self.engine, linger, self.failed.as_ref());
-        // After the goodbyes: the liveness links learn this was no crash.
+        let bye = Goodbye::new(self.engine.completed_seq(), self.failed.as_ref());
+        let _ = self.mesh.close(&mut self.engine, linger, bye);
+        // After the QUIC goodbyes: the liveness links learn this was no
+        // crash, and carry the goodbye to every rank through rank 0 in
+        // case the QUIC close was lost.
         if let Some(w) = &mut self.watch {
-            w.say_bye();
+            w.say_bye(bye);
         }
     }
 }

@@ -13,7 +13,8 @@
 //! still in a later collective then fails at once instead of waiting out
 //! its timeout. The QUIC close carries the same goodbye as its reason: a
 //! rank that leaves mid-collective closes with data still queued, and the
-//! close discards the goodbye frame behind it.
+//! close discards the goodbye frame behind it. (The liveness links carry
+//! it too, module `goodbye`: a close is one datagram, and may be lost.)
 
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddrV4;
@@ -25,6 +26,7 @@ use tracing::{debug, warn};
 
 use super::backend::{Backend, Counting, WireCounters};
 use super::framing::{FrameQueue, FrameReader};
+pub use super::goodbye::Goodbye;
 use super::identity;
 use super::watch::Watch;
 use super::DriverConfig;
@@ -43,47 +45,6 @@ pub fn node_name(rank: usize) -> String {
 }
 const HELLO_MAGIC: &[u8; 8] = b"AINFTPH1";
 const HELLO_LEN: usize = 16;
-const BYE_MAGIC: &[u8; 8] = b"AINFTPB1";
-const BYE_LEN: usize = 16;
-
-/// What a departing rank said.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Goodbye {
-    /// Collectives it completed: it sent all it ever will for them.
-    pub completed: u32,
-    /// It left after a failure of its own.
-    pub failed: bool,
-    /// The rank that failure named (the root cause when failures spread
-    /// from rank to rank).
-    pub cause: Option<usize>,
-}
-
-/// Ranks up to this can be named as a goodbye's cause (24 bits).
-const MAX_CAUSE: usize = (1 << 24) - 2;
-
-impl Goodbye {
-    /// The frame: magic, `completed` (u32 LE), then a u32 LE word whose
-    /// byte 0 is `failed` and bytes 1-3 the cause + 1 (0: none).
-    fn to_frame(self) -> Vec<u8> {
-        let mut frame = Vec::with_capacity(BYE_LEN);
-        frame.extend_from_slice(BYE_MAGIC);
-        frame.extend_from_slice(&self.completed.to_le_bytes());
-        let cause = self.cause.filter(|&c| c <= MAX_CAUSE).map_or(0, |c| c + 1) as u32;
-        frame.extend_from_slice(&(u32::from(self.failed) | cause << 8).to_le_bytes());
-        frame
-    }
-
-    /// Reads a frame `is_bye` accepted; a cause outside `world` is none.
-    fn from_frame(frame: &[u8], world: usize) -> Goodbye {
-        let word = |at: usize| u32::from_le_bytes(frame[at..at + 4].try_into().expect("4 bytes"));
-        let cause = (word(12) >> 8) as usize;
-        Goodbye {
-            completed: word(8),
-            failed: frame[12] != 0,
-            cause: cause.checked_sub(1).filter(|&c| c < world),
-        }
-    }
-}
 /// Largest frame accepted: far above the engine's largest message (a
 /// 65535-element f32 chunk plus header), far below anything that could
 /// exhaust memory.
@@ -670,7 +631,7 @@ impl<B: Backend> Mesh<B> {
                         // close. Collectives it did not complete fail with
                         // its cause (`Communicator::check_departed`).
                         debug!(rank, ?bye, "peer closed with a goodbye");
-                        self.departed_push(rank, bye);
+                        self.note_departed(rank, bye);
                         continue;
                     }
                     match self.links[i].rank {
@@ -849,7 +810,7 @@ impl<B: Backend> Mesh<B> {
             let link = &mut self.links[i];
             if link.rank.is_some() {
                 if let Ok(Some(frame)) = link.input.peek_frame() {
-                    if !is_bye(frame) && !engine.takes_now(frame) {
+                    if !Goodbye::is_frame(frame) && !engine.takes_now(frame) {
                         self.counters.frames_held_back += 1;
                         return Ok(Taken::HeldBack);
                     }
@@ -874,10 +835,10 @@ impl<B: Backend> Mesh<B> {
             *frames += 1;
             self.counters.frames_received += 1;
             match link.rank {
-                Some(from) if is_bye(frame) => {
+                Some(from) if Goodbye::is_frame(frame) => {
                     let bye = Goodbye::from_frame(frame, self.world);
                     debug!(rank = from, ?bye, "peer said goodbye");
-                    self.departed_push(from, bye);
+                    self.note_departed(from, bye);
                 }
                 Some(from) => match engine.handle(from, frame, buf) {
                     Ok(Progress::Complete) => *completed = true,
@@ -1061,19 +1022,8 @@ impl<B: Backend> Mesh<B> {
     /// out, waits (up to `linger`) until every peer has finished its own
     /// (so no peer still needs data from us, and QUIC delivered ours),
     /// then closes the connections. Returns the ranks that did not finish.
-    /// `failure`: what failed this rank, if anything (its goodbye says
-    /// that it failed, and which rank was at fault).
-    pub fn close(
-        &mut self,
-        engine: &mut Engine,
-        linger: Duration,
-        failure: Option<&Error>,
-    ) -> Vec<usize> {
-        let bye = Goodbye {
-            completed: engine.completed_seq(),
-            failed: failure.is_some(),
-            cause: failure.and_then(Error::peer_at_fault),
-        };
+    /// `bye`: what this rank tells its peers as it goes.
+    pub fn close(&mut self, engine: &mut Engine, linger: Duration, bye: Goodbye) -> Vec<usize> {
         self.say_goodbye(bye);
         let start = Instant::now();
         loop {
@@ -1130,7 +1080,7 @@ impl<B: Backend> Mesh<B> {
         match reason {
             CloseReason::Peer {
                 app: true, reason, ..
-            } if is_bye(reason) => Some(Goodbye::from_frame(reason, self.world)),
+            } if Goodbye::is_frame(reason) => Some(Goodbye::from_frame(reason, self.world)),
             _ => None,
         }
     }
@@ -1154,8 +1104,9 @@ impl<B: Backend> Mesh<B> {
     }
 
     /// Records `rank`'s goodbye, once per rank though it comes on every
-    /// connection (and on the close as well as the stream).
-    fn departed_push(&mut self, rank: usize, bye: Goodbye) {
+    /// connection, on the close as well as the stream, and on the liveness
+    /// links (`Watch::take_departed`).
+    pub fn note_departed(&mut self, rank: usize, bye: Goodbye) {
         if !self.departed.iter().any(|&(r, _)| r == rank) {
             self.departed.push((rank, bye));
         }
@@ -1212,12 +1163,6 @@ fn from_peer(rank: usize, addr: SocketAddrV4, e: Error) -> Error {
     }
 }
 
-/// Engine messages start with their own magic byte (0xA7), so a goodbye
-/// cannot be mistaken for one.
-fn is_bye(frame: &[u8]) -> bool {
-    frame.len() == BYE_LEN && &frame[..8] == BYE_MAGIC
-}
-
 fn parse_hello(frame: &[u8], world: usize, me: usize) -> std::result::Result<usize, String> {
     if frame.len() != HELLO_LEN || &frame[..8] != HELLO_MAGIC {
         return Err("first frame is not an ainftp collectives hello".into());
@@ -1269,39 +1214,6 @@ mod tests {
         // port, or had only bound late): not gone, however long ago.
         assert!(!silent_since_closed(t0, Some(t0), after(10 * grace)));
         assert!(!silent_since_closed(t0, Some(after(5)), after(10 * grace)));
-    }
-
-    #[test]
-    fn a_goodbye_reads_back_as_written() {
-        let byes = [
-            Goodbye {
-                completed: 7,
-                failed: false,
-                cause: None,
-            },
-            Goodbye {
-                completed: u32::MAX,
-                failed: true,
-                cause: Some(2),
-            },
-            Goodbye {
-                completed: 0,
-                failed: true,
-                cause: Some(MAX_CAUSE),
-            },
-        ];
-        for bye in byes {
-            let frame = bye.to_frame();
-            assert!(is_bye(&frame));
-            assert_eq!(Goodbye::from_frame(&frame, MAX_CAUSE + 1), bye);
-        }
-        // A cause outside the job is none.
-        let far = Goodbye {
-            completed: 1,
-            failed: true,
-            cause: Some(9),
-        };
-        assert_eq!(Goodbye::from_frame(&far.to_frame(), 4).cause, None);
     }
 
     #[test]

@@ -82,6 +82,7 @@ pub mod background;
 pub mod communicator;
 pub mod device;
 pub mod framing;
+pub mod goodbye;
 mod identity;
 pub mod lane_layout;
 pub mod lanes;

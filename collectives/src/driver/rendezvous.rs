@@ -9,7 +9,7 @@
 //!
 //! Protocol (one line each, ASCII):
 //! ```text
-//! rank -> 0:  ainftp-rdv/4 RANK WORLD IP:PORT LANE/LANES JOB
+//! rank -> 0:  ainftp-rdv/5 RANK WORLD IP:PORT LANE/LANES JOB
 //! 0 -> rank:  ok WORLD            then WORLD lines IP:PORT (rank order)
 //!         or  err MESSAGE
 //! ```
@@ -45,7 +45,7 @@ use tracing::warn;
 use super::watch::Watch;
 use crate::error::{Error, Result};
 
-const PROTO: &str = "ainftp-rdv/4";
+const PROTO: &str = "ainftp-rdv/5";
 /// What every version of the protocol starts with: a line without it is
 /// not from an ainftp rank.
 const PROTO_FAMILY: &str = "ainftp-rdv/";
@@ -1123,7 +1123,7 @@ mod tests {
         let mut http = dial(port);
         http.write_all(b"GET / HTTP/1.0\r\n\r\n").unwrap();
         let mut half = dial(port);
-        half.write_all(b"ainftp-rdv/4 1").unwrap();
+        half.write_all(b"ainftp-rdv/5 1").unwrap();
         drop(half);
         std::thread::sleep(Duration::from_millis(100));
         let start = Instant::now();
@@ -1257,7 +1257,7 @@ mod tests {
         // rank with the wrong WORLD_SIZE comes: it must be told why too.
         let mut waiting = dial(port);
         waiting
-            .write_all(b"ainftp-rdv/4 1 3 127.0.0.1:41101 0/1 -\n")
+            .write_all(b"ainftp-rdv/5 1 3 127.0.0.1:41101 0/1 -\n")
             .unwrap();
         let wrong = exchange(
             &rank_env(2, 4, port),
@@ -1321,7 +1321,7 @@ mod tests {
         let rank0 = rank(0, 41200);
         let mut first = dial(port);
         first
-            .write_all(b"ainftp-rdv/4 1 3 127.0.0.1:41201 0/1 -\n")
+            .write_all(b"ainftp-rdv/5 1 3 127.0.0.1:41201 0/1 -\n")
             .unwrap();
         std::thread::sleep(Duration::from_millis(100));
         drop(first);

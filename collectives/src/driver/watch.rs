@@ -7,9 +7,16 @@
 //!
 //! Lines (ASCII) on a link after the table:
 //! ```text
-//! either end:  bye       leaving on purpose (its QUIC goodbye says the rest)
-//! 0 -> rank:   lost R    rank R's link closed without a bye
+//! either end:  bye C F X      leaving on purpose, with its goodbye
+//!                             (module `goodbye`: C collectives completed,
+//!                             F 1 after a failure, X the rank it named
+//!                             or -)
+//! 0 -> rank:   left R C F X   rank R said `bye C F X` on its link
+//! 0 -> rank:   lost R         rank R's link closed without a bye
 //! ```
+//! The goodbye rides here as well as on QUIC because a rank that leaves
+//! after a failure closes its connections at once, and a close is one
+//! datagram: where it is lost, only this link tells its peers why it went.
 //! A link that closes (end of stream or an error) without `bye` is a lost
 //! rank: the one at the other end. When rank 0 itself is lost, every rank
 //! sees its own link close. The links carry TCP keepalives (first probe
@@ -31,7 +38,9 @@ use std::time::{Duration, Instant};
 use socket2::{SockRef, TcpKeepalive};
 use tracing::{debug, warn};
 
-/// Longest line a link accepts (`lost R` is a dozen bytes).
+use super::goodbye::Goodbye;
+
+/// Longest line a link accepts (`left R C F X` is at most 43 bytes).
 const MAX_LINE: usize = 64;
 /// Most bytes one `poll` (or `say_bye`'s drain) reads from a link. A rank
 /// sends a few short lines in a job's life; an end that keeps writing
@@ -48,6 +57,10 @@ pub struct Watch {
     links: Vec<Link>,
     /// Ranks found gone, first first, and when.
     lost: Vec<(usize, Instant)>,
+    /// Goodbyes heard since `take_departed`: said on a link, or relayed.
+    departed: Vec<(usize, Goodbye)>,
+    /// Rank 0's side: tells every rank what it hears of one.
+    relays: bool,
 }
 
 #[derive(Debug)]
@@ -93,7 +106,10 @@ fn keepalive() -> TcpKeepalive {
 impl Watch {
     /// Rank 0's side: `streams` holds each other rank's connection.
     pub(crate) fn rank0(world: usize, streams: Vec<(usize, TcpStream)>) -> Watch {
-        Watch::new(world, streams)
+        Watch {
+            relays: true,
+            ..Watch::new(world, streams)
+        }
     }
 
     /// A rank's side: its connection to rank 0, and whatever of it was
@@ -136,6 +152,8 @@ impl Watch {
             world,
             links,
             lost: Vec::new(),
+            departed: Vec::new(),
+            relays: false,
         }
     }
 
@@ -152,9 +170,18 @@ impl Watch {
             .map(|&(r, _)| r)
     }
 
+    /// Goodbyes heard since the last call: ranks that said `bye` on their
+    /// link to this one, or that rank 0 said did. (The caller skips its
+    /// own rank.)
+    pub fn take_departed(&mut self) -> std::vec::Drain<'_, (usize, Goodbye)> {
+        self.departed.drain(..)
+    }
+
     /// This rank leaves through its code (after its QUIC goodbyes): says
-    /// `bye` on every link it has not seen close, then closes them.
-    pub fn say_bye(&mut self) {
+    /// `bye` with `bye`'s words on every link it has not seen close, then
+    /// closes them.
+    pub fn say_bye(&mut self, bye: Goodbye) {
+        let line = format!("bye {}\n", bye.to_words());
         for l in &mut self.links {
             if !matches!(l.state, LinkState::Open | LinkState::Unwatched) {
                 continue;
@@ -170,7 +197,7 @@ impl Watch {
                     _ => break,
                 }
             }
-            l.outbox.extend_from_slice(b"bye\n");
+            l.outbox.extend_from_slice(line.as_bytes());
             flush(l);
             let _ = l.stream.shutdown(Shutdown::Write);
             l.state = LinkState::Left;
@@ -246,24 +273,55 @@ impl Watch {
 
     fn on_line(&mut self, i: usize, line: &str) {
         let from = self.links[i].rank;
-        if line == "bye" {
+        if line == "bye" || line.starts_with("bye ") {
+            let words = line.get(4..).unwrap_or("");
             self.links[i].state = LinkState::Left;
+            match Goodbye::from_words(words, self.world) {
+                Some(bye) => self.said_bye(from, bye),
+                None => {
+                    warn!(from, line = %line.escape_debug(), "liveness link: a bye without a goodbye; its peers learn why it left from QUIC only")
+                }
+            }
             return;
         }
-        // Only rank 0 reports, and only other ranks.
-        let reported = line
-            .strip_prefix("lost ")
-            .and_then(|r| r.parse::<usize>().ok())
-            .filter(|&r| from == 0 && r != 0 && r < self.world);
-        match reported {
-            Some(r) => self.note_lost(r),
-            None if !self.links[i].warned => {
+        // Only rank 0 reports, and only about other ranks.
+        let about = |rest: &str| -> Option<(usize, String)> {
+            let (rank, words) = rest.split_once(' ').unwrap_or((rest, ""));
+            let rank = rank.parse::<usize>().ok()?;
+            (from == 0 && rank != 0 && rank < self.world).then(|| (rank, words.to_string()))
+        };
+        let lost = line.strip_prefix("lost ").and_then(about);
+        let left = line
+            .strip_prefix("left ")
+            .and_then(about)
+            .and_then(|(r, words)| Some((r, Goodbye::from_words(&words, self.world)?)));
+        match (lost, left) {
+            (Some((r, rest)), _) if rest.is_empty() => self.note_lost(r),
+            (_, Some((r, bye))) => self.departed.push((r, bye)),
+            _ if !self.links[i].warned => {
                 self.links[i].warned = true;
                 warn!(from, line = %line.escape_debug(), "liveness link: ignored an unknown line (further ones from this rank are logged at debug level)")
             }
-            None => {
+            _ => {
                 debug!(from, line = %line.escape_debug(), "liveness link: ignored an unknown line")
             }
+        }
+    }
+
+    /// Rank `rank` said `bye` with `bye` on its link: noted, and on rank 0
+    /// told to every other rank.
+    fn said_bye(&mut self, rank: usize, bye: Goodbye) {
+        self.departed.push((rank, bye));
+        if self.relays {
+            self.tell_open_links(&format!("left {rank} {}\n", bye.to_words()));
+        }
+    }
+
+    /// Queues `line` on every open link and sends what the sockets take.
+    fn tell_open_links(&mut self, line: &str) {
+        for l in self.links.iter_mut().filter(|l| l.state == LinkState::Open) {
+            l.outbox.extend_from_slice(line.as_bytes());
+            flush(l);
         }
     }
 
@@ -277,11 +335,7 @@ impl Watch {
         debug!(rank, "liveness link closed without a bye");
         self.note_lost(rank);
         // Rank 0 relays (a rank's only link is to rank 0: nothing to tell).
-        let relay = format!("lost {rank}\n");
-        for l in self.links.iter_mut().filter(|l| l.state == LinkState::Open) {
-            l.outbox.extend_from_slice(relay.as_bytes());
-            flush(l);
-        }
+        self.tell_open_links(&format!("lost {rank}\n"));
     }
 
     fn note_lost(&mut self, rank: usize) {
@@ -355,18 +409,49 @@ mod tests {
         }
     }
 
+    const FAILED_FOR_1: Goodbye = Goodbye {
+        completed: 3,
+        failed: true,
+        cause: Some(1),
+    };
+
     #[test]
-    fn a_rank_that_leaves_through_its_code_is_not_lost() {
-        let (mut zero, mut ranks) = job(3);
-        ranks.remove(1).say_bye(); // rank 2
+    fn a_rank_that_leaves_through_its_code_is_not_lost_and_its_goodbye_reaches_all() {
+        let (mut zero, mut ranks) = job(4);
+        ranks.remove(1).say_bye(FAILED_FOR_1); // rank 2
+        let (mut at_0, mut at_1, mut at_3) = (Vec::new(), Vec::new(), Vec::new());
         let start = Instant::now();
         while start.elapsed() < Duration::from_millis(200) {
             zero.poll();
+            at_0.extend(zero.take_departed());
             ranks[0].poll();
+            at_1.extend(ranks[0].take_departed());
+            ranks[1].poll();
+            at_3.extend(ranks[1].take_departed());
         }
         assert_eq!(zero.lost(), Vec::<usize>::new());
         assert_eq!(ranks[0].lost(), Vec::<usize>::new());
         assert_eq!(zero.links[1].state, LinkState::Left);
+        // Heard by rank 0 on rank 2's link, relayed to ranks 1 and 3.
+        for heard in [at_0, at_1, at_3] {
+            assert_eq!(heard, vec![(2, FAILED_FOR_1)]);
+        }
+    }
+
+    #[test]
+    fn rank_0s_own_goodbye_reaches_every_rank() {
+        let (mut zero, mut ranks) = job(3);
+        zero.say_bye(FAILED_FOR_1);
+        for w in &mut ranks {
+            let mut heard = Vec::new();
+            let start = Instant::now();
+            while heard.is_empty() && start.elapsed() < Duration::from_secs(2) {
+                w.poll();
+                heard.extend(w.take_departed());
+            }
+            assert_eq!(heard, vec![(0, FAILED_FOR_1)]);
+            assert_eq!(w.lost(), Vec::<usize>::new());
+        }
     }
 
     #[test]
@@ -432,7 +517,7 @@ mod tests {
         // The drain before a bye is bounded too (4 KiB reads).
         theirs.write_all(&[b'x'; SENT]).unwrap();
         std::thread::sleep(Duration::from_millis(50));
-        w.say_bye();
+        w.say_bye(FAILED_FOR_1);
         assert_eq!(w.links[0].state, LinkState::Left);
         let drained = SENT - left_to_read();
         assert!(
@@ -461,5 +546,30 @@ mod tests {
             w.lost_for(Duration::ZERO, now).collect::<Vec<_>>(),
             vec![2, 1]
         );
+        // Goodbyes relayed by rank 0: only well-formed ones about other
+        // ranks, and a `lost` line with more words is no loss.
+        w.take_bytes(
+            0,
+            b"left 2 3 1 1\nleft 0 3 1 1\nleft 2 3\nleft 9 3 1 1\nlost 1 3\n",
+        );
+        assert_eq!(
+            w.take_departed().collect::<Vec<_>>(),
+            vec![(2, FAILED_FOR_1)]
+        );
+        assert_eq!(w.lost(), vec![2, 1]);
+    }
+
+    #[test]
+    fn only_rank_0_relays_and_only_about_other_ranks() {
+        // Rank 0 tells ranks about one another; a rank's word about a
+        // third rank means nothing on rank 0's side.
+        let (mut zero, _ranks) = job(3);
+        zero.take_bytes(0, b"left 2 3 1 1\nlost 2\n"); // from rank 1
+        assert_eq!(zero.take_departed().count(), 0);
+        assert_eq!(zero.lost(), Vec::<usize>::new());
+        // A bye whose goodbye is malformed still ends the link cleanly.
+        zero.take_bytes(1, b"bye 3 7 -\n"); // from rank 2
+        assert_eq!(zero.links[1].state, LinkState::Left);
+        assert_eq!(zero.take_departed().count(), 0);
     }
 }
