@@ -176,10 +176,6 @@ impl Mbuf {
         self.hdr().ol_flags
     }
 
-    pub fn set_ol_flags(&mut self, flags: u64) {
-        self.hdr_mut().ol_flags = flags;
-    }
-
     /// The RSS hash the NIC computed, if it set one.
     pub fn rss_hash(&self) -> Option<u32> {
         // SAFETY: reading immutable constants exported by the shim.

@@ -83,8 +83,14 @@ impl Mempool {
     /// Buffers never straddle an IOVA discontinuity: in IOVA-as-PA mode
     /// each page is its own zone and the tail of a page that cannot hold a
     /// whole buffer is left unused.
+    ///
+    /// # Safety
+    ///
+    /// `range` of `ext` must be this pool's alone while `keep_alive`
+    /// lives: nothing else (another pool, an arena region handed out)
+    /// may read or write it, since mbufs hand out `&mut` views of it.
     #[allow(clippy::too_many_arguments)]
-    pub fn new_extbuf(
+    pub unsafe fn new_extbuf(
         eal: &Eal,
         name: &str,
         size: u32,
@@ -101,6 +107,11 @@ impl Mempool {
                 "range {range:?} is outside the external memory ({} bytes)",
                 ext.len()
             )));
+        }
+        if data_room == 0 {
+            return Err(Error::InvalidArgument(
+                "an external buffer pool needs a data room above 0".into(),
+            ));
         }
         // Cache-line sized elements keep every buffer 64-byte aligned.
         let elt_size = (data_room as usize).div_ceil(64) * 64;

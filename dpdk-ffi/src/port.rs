@@ -3,7 +3,7 @@
 //! stopped and closed on drop.
 
 use std::ffi::{CStr, CString};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::eal::Eal;
 use crate::error::{dpdk, Error, Result};
@@ -205,13 +205,15 @@ impl Port {
         self.inner.features
     }
 
-    /// Take receive queue `q`; each queue can be taken once, by one lcore.
+    /// Take receive queue `q`; each queue has one holder at a time (one
+    /// lcore), and is given back when its `RxQueue` drops.
     pub fn rx_queue(&self, q: u16) -> Result<RxQueue> {
         take(&self.inner.taken_rx, q, "rx", &self.inner.name)?;
         Ok(RxQueue::new(self.clone(), q))
     }
 
-    /// Take transmit queue `q`; each queue can be taken once, by one lcore.
+    /// Take transmit queue `q`; each queue has one holder at a time (one
+    /// lcore), and is given back when its `TxQueue` drops.
     pub fn tx_queue(&self, q: u16) -> Result<TxQueue> {
         take(&self.inner.taken_tx, q, "tx", &self.inner.name)?;
         Ok(TxQueue::new(self.clone(), q))
@@ -355,8 +357,14 @@ impl Port {
             .collect())
     }
 
+    /// Stops the device. Refused while any of its queues is taken: DPDK's
+    /// control path is not safe against a burst running on another lcore
+    /// (a PMD frees its rings' mbufs on stop). Queues may be taken while
+    /// it is stopped; their bursts then move nothing.
     pub fn stop(&self) -> Result<()> {
-        // SAFETY: valid port id; stopping a stopped port is harmless.
+        let _quiet = self.no_queue_taken("stop")?;
+        // SAFETY: valid port id; stopping a stopped port is harmless; no
+        // queue is taken, and none can be until the guards drop.
         let rc = unsafe { sys::rte_eth_dev_stop(self.inner.id) };
         if rc < 0 {
             return Err(dpdk("rte_eth_dev_stop", rc));
@@ -364,13 +372,47 @@ impl Port {
         Ok(())
     }
 
+    /// Starts the device again after `stop`; refused while any of its
+    /// queues is taken, as `stop` is.
     pub fn start(&self) -> Result<()> {
-        // SAFETY: valid, configured port id.
+        let _quiet = self.no_queue_taken("start")?;
+        // SAFETY: valid, configured port id; no queue is taken.
         let rc = unsafe { sys::rte_eth_dev_start(self.inner.id) };
         if rc < 0 {
             return Err(dpdk("rte_eth_dev_start", rc));
         }
         Ok(())
+    }
+
+    /// Both queue tables, locked, if no queue is taken: no burst can run
+    /// while they are held.
+    fn no_queue_taken(&self, what: &str) -> Result<[MutexGuard<'_, Vec<bool>>; 2]> {
+        let guards = [&self.inner.taken_rx, &self.inner.taken_tx]
+            .map(|m| m.lock().unwrap_or_else(|e| e.into_inner()));
+        let held = guards
+            .iter()
+            .map(|g| g.iter().filter(|&&t| t).count())
+            .sum::<usize>();
+        if held > 0 {
+            return Err(Error::Port(format!(
+                "cannot {what} port {} while {held} of its queues are taken: drop them first",
+                self.inner.name
+            )));
+        }
+        Ok(guards)
+    }
+
+    /// Gives queue `q` back (its `RxQueue` or `TxQueue` dropped).
+    pub(crate) fn give_back(&self, rx: bool, q: u16) {
+        let taken = if rx {
+            &self.inner.taken_rx
+        } else {
+            &self.inner.taken_tx
+        };
+        let mut taken = taken.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(slot) = taken.get_mut(q as usize) {
+            *slot = false;
+        }
     }
 }
 
@@ -414,7 +456,11 @@ impl Drop for OpenClaim {
     }
 }
 
-/// Closes a half-opened port if configuration fails.
+/// Undoes a half-opened port if configuration fails: a device we
+/// hot-plugged is closed and unplugged (the next open plugs it again); one
+/// EAL probed (`-a`, `--vdev`) is only stopped, since a closed ethdev is
+/// gone for the rest of the process and the next open (with fewer queues,
+/// say) could no longer find it.
 struct CloseOnError<'a> {
     id: u16,
     name: &'a str,
@@ -423,7 +469,14 @@ struct CloseOnError<'a> {
 
 impl Drop for CloseOnError<'_> {
     fn drop(&mut self) {
-        close_port(self.id, self.name, self.hotplugged_on);
+        match self.hotplugged_on {
+            Some(_) => close_port(self.id, self.name, self.hotplugged_on),
+            // SAFETY: valid port id, no queue handed out; stopping a port
+            // that never started is harmless. A later open reconfigures it.
+            None => unsafe {
+                sys::rte_eth_dev_stop(self.id);
+            },
+        }
     }
 }
 

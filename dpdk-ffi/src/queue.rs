@@ -8,13 +8,25 @@ use crate::sys;
 pub struct RxQueue {
     port_id: u16,
     queue: u16,
-    _port: Port,
+    port: Port,
 }
 
 pub struct TxQueue {
     port_id: u16,
     queue: u16,
-    _port: Port,
+    port: Port,
+}
+
+impl Drop for RxQueue {
+    fn drop(&mut self) {
+        self.port.give_back(true, self.queue);
+    }
+}
+
+impl Drop for TxQueue {
+    fn drop(&mut self) {
+        self.port.give_back(false, self.queue);
+    }
 }
 
 impl RxQueue {
@@ -22,7 +34,7 @@ impl RxQueue {
         RxQueue {
             port_id: port.id(),
             queue,
-            _port: port,
+            port,
         }
     }
 
@@ -44,8 +56,9 @@ impl RxQueue {
     #[inline]
     pub fn rx_burst_max<const N: usize>(&mut self, batch: &mut MbufBatch<N>, max: usize) -> usize {
         let room = batch.spare().min(max).min(u16::MAX as usize) as u16;
-        // SAFETY: this queue is configured and started (the Port lives in
-        // self) and owned by this thread (&mut self, taken once); the batch
+        // SAFETY: this queue is configured (the Port lives in self; a
+        // stopped port's bursts move nothing) and owned by this thread
+        // (&mut self; one holder per queue, and no stop or start while held); the batch
         // has `room` free slots for the received pointers.
         unsafe {
             let n =
@@ -61,7 +74,7 @@ impl TxQueue {
         TxQueue {
             port_id: port.id(),
             queue,
-            _port: port,
+            port,
         }
     }
 
@@ -81,7 +94,8 @@ impl TxQueue {
         if batch.is_empty() {
             return 0;
         }
-        // SAFETY: the queue is started and exclusively ours; the batch's
+        // SAFETY: the queue is configured and exclusively ours (one holder,
+        // no stop or start while held); the batch's
         // first len slots are owned mbufs, and the PMD takes ownership of
         // the first `sent`, which we then remove from the batch.
         let sent = unsafe {

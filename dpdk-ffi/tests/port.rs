@@ -90,7 +90,16 @@ fn unsent_mbufs_stay_in_the_batch_and_are_freed_on_drop() {
         drain.clear();
     }
     assert_eq!(pool.in_use(), baseline);
+    // Not while a queue is taken: a burst on another lcore would race the
+    // PMD freeing its rings.
+    let err = port.stop().unwrap_err().to_string();
+    assert!(err.contains("2 of its queues are taken"), "{err}");
+    drop((rx, tx));
     port.stop().unwrap();
+    // A queue given back can be taken again, stopped or not.
+    let mut tx = port.tx_queue(0).unwrap();
+    assert!(port.tx_queue(0).is_err(), "one holder at a time");
+    assert!(port.start().is_err(), "a queue is taken");
     let mut out = MbufBatch::<32>::new();
     fill(&pool, &mut out, 0, 32, 64);
     assert_eq!(tx.tx_burst(&mut out), 0);

@@ -16,7 +16,16 @@ pub struct DpdkArena {
 }
 
 impl DpdkArena {
+    /// Refuses an arena of normal pages when EAL runs IOVA as physical
+    /// addresses: the kernel may move such pages (compaction migrates
+    /// even locked ones) while the NIC still writes to the old frame.
+    /// Hugepages stay put; in VA mode the IOMMU mapping pins the pages.
     pub fn register(eal: &Eal, arena: &Arena) -> Result<DpdkArena> {
+        if !arena.is_huge() && IovaMode::current(eal) == IovaMode::Pa {
+            return Err(Error::InvalidArgument(
+                "an arena of normal pages cannot take DMA in IOVA-as-PA mode (the kernel may move its pages under the NIC): reserve hugepages or run EAL with --iova-mode=va".into(),
+            ));
+        }
         let ext = ExtMem::register(eal, arena.memory().clone())?;
         Ok(DpdkArena {
             eal: eal.clone(),
@@ -38,8 +47,10 @@ impl DpdkArena {
     /// A port opened with the pool DMA-maps the arena for its device
     /// (`dpdk_ffi::Port::open`).
     pub fn pktmbuf_pool(&self, name: &str, n: u32, cache: u32, data_room: u16) -> Result<Mempool> {
-        if n == 0 {
-            return Err(Error::InvalidArgument("a pool of zero mbufs".into()));
+        if n == 0 || data_room == 0 {
+            return Err(Error::InvalidArgument(format!(
+                "a pool of {n} mbufs with a data room of {data_room} bytes: both must be above 0"
+            )));
         }
         let elt = (data_room as usize).div_ceil(CACHE_LINE) * CACHE_LINE;
         let page = self.arena.page_size().bytes();
@@ -61,16 +72,20 @@ impl DpdkArena {
         let region = self.arena.alloc(len, align)?;
         let range = region.offset()..region.offset() + region.len();
         let socket = self.arena.memory().numa_node().map(|n| n as i32);
-        Ok(Mempool::new_extbuf(
-            &self.eal,
-            name,
-            n,
-            cache,
-            data_room,
-            socket,
-            &self.ext,
-            range,
-            Box::new(region),
-        )?)
+        // SAFETY: `range` is `region`'s, which the arena hands to nobody
+        // else while it lives, and the pool keeps it alive.
+        Ok(unsafe {
+            Mempool::new_extbuf(
+                &self.eal,
+                name,
+                n,
+                cache,
+                data_room,
+                socket,
+                &self.ext,
+                range,
+                Box::new(region),
+            )
+        }?)
     }
 }

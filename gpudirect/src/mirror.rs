@@ -162,13 +162,6 @@ impl DeviceMirror {
         }
     }
 
-    pub fn device_mut(&mut self, slot: usize) -> Option<&mut CudaSlice<u8>> {
-        match &mut self.backend {
-            Backend::Cuda { bufs, .. } => bufs.get_mut(slot),
-            Backend::Host(_) => None,
-        }
-    }
-
     /// Slot `slot`'s buffer in host-only mode (None with a GPU).
     pub fn host(&self, slot: usize) -> Option<&[u8]> {
         match &self.backend {

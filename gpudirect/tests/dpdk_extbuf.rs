@@ -46,6 +46,11 @@ fn tap_receives_into_the_arena(iova_arg: Option<&str>, iface: &str, net: u8) -> 
         .pktmbuf_pool("gd_big", 1 << 20, 0, DEFAULT_DATA_ROOM)
         .expect_err("a million mbufs do not fit 32 MB");
     assert!(too_big.to_string().contains("arena exhausted"), "{too_big}");
+    // Nor can buffers of no bytes (the element arithmetic divided by 0).
+    let empty = dpdk
+        .pktmbuf_pool("gd_empty", 16, 0, 0)
+        .expect_err("a data room of 0");
+    assert!(empty.to_string().contains("data room of 0"), "{empty}");
 
     let port = Port::open(
         &eal,
