@@ -5,8 +5,9 @@
 //! grows, so a training loop allocates it once), the collective runs on
 //! that with the configured wire codec, and the result is rounded back to
 //! bf16 (nearest, ties to even) once, at the end: sums are not rounded at
-//! every hop, as a bf16 wire would. Widening is exact, so all-gather and
-//! broadcast return the inputs bit for bit; a reduction's result is the
+//! every hop, as a bf16 wire would. Widening is exact, so with the f32
+//! codec all-gather and broadcast return the inputs bit for bit (the i16
+//! codec quantizes them as it does f32 buckets); a reduction's result is the
 //! f32 result rounded to bf16 (at most 2^-8 of its magnitude beyond the
 //! f32 one: bf16 keeps 8 significant bits), and identical on every rank
 //! because the f32 result is.

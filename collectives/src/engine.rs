@@ -33,7 +33,8 @@ pub struct Config {
     /// Most bytes of future-collective messages held (past it `handle`
     /// errs; a driver asks `takes_now` and waits instead).
     pub max_early_bytes: usize,
-    /// How many collectives ahead a peer's message may be (as above).
+    /// How many collectives ahead a peer's message may be (as above;
+    /// below 2^31, since sequence numbers wrap).
     pub max_ahead: u32,
     /// Force an instruction set (tests); `None` picks the best.
     pub isa: Option<Isa>,
@@ -118,6 +119,11 @@ impl Engine {
         }
         if config.clip.is_some_and(|c| !(c > 0.0 && c.is_finite())) {
             return Err(Error::Config("clip must be finite and > 0"));
+        }
+        // Sequence numbers wrap: a message more than half the space ahead
+        // is one behind, and must be refused as stale, not kept as early.
+        if config.max_ahead >= 1 << 31 {
+            return Err(Error::Config("max_ahead must be below 2^31"));
         }
         let ctx = Ctx {
             rank,

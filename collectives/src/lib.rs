@@ -95,10 +95,11 @@
 //! **Bit-identical results.** Every reduced element is produced by one
 //! rank (ring, direct: the shard owner) or by a computation every rank
 //! performs on the same operands (recursive doubling: `a + b == b + a` in
-//! IEEE arithmetic, except the payload of a sum of two NaNs; max and min
-//! are made commutative to the bit: a NaN
-//! on either side gives the canonical NaN, and of +0 and -0 max takes +0
-//! and min -0); results are then moved as the same encoded bytes. Under
+//! IEEE arithmetic, except the payload of a sum of two NaNs, so a NaN sum
+//! is made the canonical NaN; max and min are made commutative to the
+//! bit too: a NaN on either side gives the canonical NaN, and of +0 and -0
+//! max takes +0 and min -0); results are then moved as the same encoded
+//! bytes. Under
 //! i16 the producer keeps the value its receivers decode from what it
 //! sends: dequantized, then clamped to the clip bound as they clamp it.
 //!
@@ -120,7 +121,7 @@
 //! ```
 //!
 //! Two additions to the spec: if `32767 / absmax` overflows (absmax below
-//! about 1.1e-34) the chunk is sent as zeros with scale 0 (the spec would
+//! about 9.6e-35) the chunk is sent as zeros with scale 0 (the spec would
 //! compute `0 * inf`); and a chunk whose scale would exceed
 //! `message::MAX_SCALE` (absmax within about 2^-15 of `f32::MAX`, where
 //! `32767 * scale` overflows) is refused with `Error::ScaleOverflow`, as a
@@ -171,7 +172,10 @@
 //!
 //! One quantization with scale `s` errs by at most `e·s`, with `e = 0.51`
 //! for nearest (`0.5` plus f32 rounding of `x*inv` and `q*scale`, below
-//! `4·32767·2^-24 < 0.008`) and `e = 1.01` for stochastic rounding. A
+//! `4·32767·2^-24 < 0.008`) and `e = 1.01` for stochastic rounding. For a
+//! chunk whose absmax is below about 3.9e-34 the scale is subnormal and
+//! carries an absolute rounding error of its own: there `e` is 0.52 and
+//! 1.02 (a chunk of values that small errs by less than 2e-34 anyway). A
 //! reduced element carries the errors of every quantization on its path:
 //!
 //! ```text

@@ -162,6 +162,16 @@ pub struct Sim {
 
 impl Sim {
     pub fn new(world: usize, engine: Config, cfg: SimConfig) -> Result<Sim> {
+        let links = std::iter::once(&cfg.link).chain(cfg.links.iter().map(|(_, _, m)| m));
+        for m in links {
+            if !(0.0..1.0).contains(&m.loss) || !(0.0..=1.0).contains(&m.reorder) {
+                // A link that loses every transmission never delivers: the
+                // retransmission loop would not end.
+                return Err(Error::Config(
+                    "a simulated link's loss must be in [0, 1) and its reorder probability in [0, 1]",
+                ));
+            }
+        }
         let engines = (0..world)
             .map(|r| Engine::new(r, world, engine.clone()))
             .collect::<Result<Vec<_>>>()?;

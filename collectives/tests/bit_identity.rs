@@ -134,6 +134,30 @@ fn max_and_min_agree_on_nan_and_signed_zeros_on_every_rank() {
 }
 
 #[test]
+fn sums_of_nans_with_different_payloads_agree_on_every_rank() {
+    // x86 keeps the first operand's NaN payload, and recursive doubling
+    // adds `mine + theirs` on one rank and `theirs + mine` on its
+    // partner: a GPU's NaN (0x7fffffff) against x86's 0/0 (0xffc00000)
+    // gave each rank its own.
+    let gpu_nan = f32::from_bits(0x7fff_ffff);
+    let cpu_nan = f32::from_bits(0xffc0_0000);
+    let a = vec![gpu_nan, cpu_nan, f32::INFINITY, 1.0];
+    let b = vec![cpu_nan, gpu_nan, f32::NEG_INFINITY, gpu_nan];
+    for algo in ALGOS {
+        for op in [ReduceOp::Sum, ReduceOp::Avg] {
+            for world in [2, 3, 4] {
+                let mut inputs = vec![a.clone(), b.clone()];
+                inputs.resize(world, vec![1.0f32; a.len()]);
+                let out = run(algo, Codec::F32, None, Op::AllReduce(op), inputs);
+                let what = format!("{op:?} {algo:?} world {world}");
+                assert_same_bits(&out, &what);
+                assert!(out[0].iter().all(|v| v.is_nan()), "{what}: {:?}", out[0]);
+            }
+        }
+    }
+}
+
+#[test]
 fn the_largest_scale_a_receiver_accepts_decodes_to_finite_values() {
     assert!((32767.0 * MAX_SCALE).is_finite());
     assert!((-32767.0 * MAX_SCALE).is_finite());

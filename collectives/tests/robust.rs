@@ -171,3 +171,25 @@ fn clip_policy_bounds_a_huge_scale_attack() {
         );
     }
 }
+
+#[test]
+fn engine_settings_out_of_range_are_refused_up_front() {
+    let with = |f: fn(&mut Config)| {
+        let mut cfg = Config::default();
+        f(&mut cfg);
+        Engine::new(0, 2, cfg).err()
+    };
+    for (what, err) in [
+        ("chunk_elems 0", with(|c| c.chunk_elems = 0)),
+        ("chunk_elems 65536", with(|c| c.chunk_elems = 65536)),
+        ("clip NaN", with(|c| c.clip = Some(f32::NAN))),
+        ("clip 0", with(|c| c.clip = Some(0.0))),
+        // Half the sequence space or more: a stale message would pass for
+        // an early one and be kept until the numbers wrapped.
+        ("max_ahead 2^31", with(|c| c.max_ahead = 1 << 31)),
+        ("max_ahead u32::MAX", with(|c| c.max_ahead = u32::MAX)),
+    ] {
+        assert!(matches!(err, Some(Error::Config(_))), "{what}: {err:?}");
+    }
+    assert!(with(|c| c.max_ahead = (1 << 31) - 1).is_none());
+}

@@ -120,6 +120,40 @@ fn a_stall_is_reported_not_hung() {
 }
 
 #[test]
+fn a_link_that_loses_everything_is_refused_not_simulated_for_ever() {
+    use collectives::sim::LinkModel;
+    let lossy = |loss: f64, reorder: f64| SimConfig {
+        link: LinkModel {
+            loss,
+            reorder,
+            ..LinkModel::default()
+        },
+        ..SimConfig::default()
+    };
+    for (loss, reorder) in [(1.0, 0.0), (f64::NAN, 0.0), (-0.1, 0.0), (0.0, 1.5)] {
+        let err = Sim::new(2, Config::default(), lossy(loss, reorder)).err();
+        assert!(
+            matches!(err, Some(Error::Config(_))),
+            "loss {loss}, reorder {reorder}: {err:?}"
+        );
+    }
+    // One bad link among good ones is refused too.
+    let one_bad = SimConfig {
+        links: vec![(0, 1, lossy(1.0, 0.0).link)],
+        ..SimConfig::default()
+    };
+    assert!(Sim::new(2, Config::default(), one_bad).is_err());
+    // Heavy loss below 1 still delivers.
+    let mut s = Sim::new(2, Config::default(), lossy(0.9, 1.0)).unwrap();
+    let mut js = vec![Job::new(
+        Collective::all_reduce(ReduceOp::Sum),
+        vec![vec![1.0; 10]; 2],
+    )];
+    s.run(&mut js).unwrap();
+    assert_eq!(js[0].bufs[1], vec![2.0; 10]);
+}
+
+#[test]
 fn world_of_one_completes_without_messages() {
     for algo in [
         Algo::Auto,

@@ -97,8 +97,8 @@ pub(crate) fn clamp_to(v: f32, bound: f32) -> f32 {
 /// `(scale, inv)` for a chunk whose largest magnitude is `absmax`.
 ///
 /// Returns `(0, 0)` (an all-zero chunk) when `absmax == 0` and also when
-/// `32767 / absmax` overflows (absmax < ~1.1e-34): the spec leaves that case
-/// undefined (`0 * inf` is NaN), and flushing costs at most 1.1e-34.
+/// `32767 / absmax` overflows (absmax < ~9.6e-35): the spec leaves that case
+/// undefined (`0 * inf` is NaN), and flushing costs at most 9.6e-35.
 pub fn chunk_scale(absmax: f32) -> (f32, f32) {
     let inv = 32767.0f32 / absmax;
     if absmax == 0.0 || !inv.is_finite() {
@@ -190,6 +190,10 @@ impl Isa {
 
     /// `quantize` when `absmax` (`max |x_i|`, all finite) is already known,
     /// e.g. from `accumulate_absmax`: one pass over `x` instead of two.
+    /// `absmax` must be exactly that (checked in debug builds only, since
+    /// the check is the pass this saves): with a smaller one, values past
+    /// ±32767 saturate differently in the scalar and the vector kernels,
+    /// and ranks of different instruction sets would disagree.
     pub fn quantize_with_absmax(
         self,
         x: &[f32],
@@ -201,6 +205,10 @@ impl Isa {
         if x.len() > MAX_I16_CHUNK {
             return Err(Error::ChunkTooLong(x.len()));
         }
+        debug_assert!(
+            x.iter().all(|v| v.abs() <= absmax),
+            "absmax {absmax} is not max |x_i|"
+        );
         let out = &mut out[..2 * x.len()];
         let (scale, inv) = chunk_scale(absmax);
         if scale > MAX_SCALE {
@@ -315,6 +323,18 @@ pub fn encode_f32(x: &[f32], out: &mut Vec<u8>) {
     }
 }
 
+/// `a + v`, a NaN made the canonical one (a compare and a blend in the
+/// vector loop): commutative to the bit.
+#[inline(always)]
+fn sum(a: f32, v: f32) -> f32 {
+    let s = a + v;
+    if s.is_nan() {
+        f32::NAN
+    } else {
+        s
+    }
+}
+
 fn f32_at(b: &[u8]) -> f32 {
     f32::from_le_bytes([b[0], b[1], b[2], b[3]])
 }
@@ -346,10 +366,11 @@ impl Combine {
     /// `mine ⊕ theirs` on one rank and `theirs ⊕ mine` on its partner, so
     /// a rule that kept the left operand on ties or NaN (`if v > a { v }
     /// else { a }`) gave the two ranks different results. A NaN on either
-    /// side gives the canonical NaN; of +0 and -0, max takes +0 and min -0.
+    /// side gives the canonical NaN (for a sum too: x86 keeps the first
+    /// operand's NaN payload); of +0 and -0, max takes +0 and min -0.
     fn apply(self, a: f32, v: f32) -> f32 {
         match self {
-            Combine::Sum => a + v,
+            Combine::Sum => sum(a, v),
             Combine::Max | Combine::Min if a.is_nan() || v.is_nan() => f32::NAN,
             // Equal values differ at most in the sign of a zero.
             Combine::Max if a == v => f32::from_bits(a.to_bits() & v.to_bits()),
@@ -376,7 +397,7 @@ impl Combine {
         // One loop per operation, so each compiles to a vector loop.
         let pairs = acc.iter_mut().zip(payload.chunks_exact(4));
         match self {
-            Combine::Sum => pairs.for_each(|(a, b)| *a += f32_at(b)),
+            Combine::Sum => pairs.for_each(|(a, b)| *a = sum(*a, f32_at(b))),
             Combine::Max => pairs.for_each(|(a, b)| *a = Combine::Max.apply(*a, f32_at(b))),
             Combine::Min => pairs.for_each(|(a, b)| *a = Combine::Min.apply(*a, f32_at(b))),
         }
