@@ -63,6 +63,27 @@ fn start_on_tap(iface: &str, net: u8, extra: &[&str]) -> Child {
 }
 
 #[test]
+fn arguments_that_are_not_utf8_are_refused_without_a_panic() {
+    use std::ffi::OsStr;
+    use std::os::unix::ffi::OsStrExt;
+    // The first argument was read as UTF-8 (to spot `certs`), which
+    // panicked with a backtrace on anything else.
+    for arg in [&b"--config=/tmp/\xff.toml"[..], b"\xff"] {
+        let out = Command::new(DP)
+            .arg(OsStr::from_bytes(arg))
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{stderr}");
+        assert!(!stderr.contains("panicked"), "{stderr}");
+        assert!(
+            stderr.contains("reading config") || stderr.contains("error: unexpected argument"),
+            "{stderr}"
+        );
+    }
+}
+
+#[test]
 fn bad_input_gets_one_clear_line() {
     assert_one_line_error(&["--lcores", "0"], "--ip is required");
     assert_one_line_error(

@@ -326,6 +326,21 @@ fn out_of_range_counts_and_sizes_are_refused_before_anything_runs() {
         "10",
     ]);
     assert_bad_value(&too_small_payload, "--max-payload");
+    // A port whose frames cannot carry QUIC's 1200-byte datagrams: the run
+    // never connected and ended in a timeout.
+    let too_small_mtu = perf(&[
+        "quic-server",
+        "--transport",
+        "dpdk",
+        "--vdev",
+        "net_null0",
+        "--ip",
+        "10.0.0.1/24",
+        "--mtu",
+        "1227",
+    ]);
+    assert_bad_value(&too_small_mtu, "--mtu");
+    assert!(String::from_utf8_lossy(&too_small_mtu.stderr).contains("1228"));
     let too_many_conns = perf(&["tcp-client", "--target", "127.0.0.1:9", "--conns", "100000"]);
     assert_bad_value(&too_many_conns, "--conns");
     let no_rounds = perf(&["udp-pingpong", "--target", "127.0.0.1:9", "--count", "0"]);
@@ -478,5 +493,60 @@ fn a_lone_torchrun_rank_gives_up_after_its_connect_timeout() {
     assert!(
         waited >= std::time::Duration::from_secs(2) && waited < std::time::Duration::from_secs(20),
         "{waited:?}"
+    );
+}
+
+#[test]
+fn a_dpdk_target_beyond_the_subnet_needs_a_gateway() {
+    // Without one, every packet was dropped as no_route and the run ended
+    // 10 s later with "no QUIC server answered".
+    let run = |extra: &[&str]| {
+        let mut args = vec![
+            "quic-client",
+            "--transport",
+            "dpdk",
+            "--vdev",
+            "net_null0",
+            "--ip",
+            "10.0.0.3/24",
+            "--target",
+            "192.168.1.5:4433",
+            "--connect-timeout",
+            "1",
+        ];
+        args.extend_from_slice(extra);
+        perf(&args)
+    };
+    assert_ends_saying(
+        &run(&[]),
+        "outside 10.0.0.3/24 (--ip) and there is no --gateway",
+    );
+    assert_ends_saying(
+        &run(&["--gateway", "10.1.0.1"]),
+        "gateway 10.1.0.1 is outside",
+    );
+    assert_ends_saying(
+        &run(&["--gateway", "router"]),
+        "--gateway router is not an IPv4 address",
+    );
+    assert_ends_saying(
+        &run(&["--gateway", "10.0.0.1", "--gateway", "10.0.0.2"]),
+        "one for every port or one per --ip (1), not 2",
+    );
+    // With one, the target is routed: the run gets as far as the handshake
+    // (nobody answers on net_null).
+    assert_ends_saying(&run(&["--gateway", "10.0.0.1"]), "no QUIC server answered");
+}
+
+/// The run failed, and its last line says `needle` (a QUIC run first
+/// says which congestion control it runs).
+fn assert_ends_saying(out: &Output, needle: &str) {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "should fail: {stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    let last = stderr.lines().last().unwrap_or_default();
+    assert!(
+        last.contains(needle),
+        "'{needle}' not in the last line: {stderr}"
     );
 }

@@ -856,3 +856,53 @@ fn with_cluster_certificates_every_rank_proves_membership() {
         "{stderr}"
     );
 }
+
+#[test]
+fn the_memory_check_holds_what_a_bf16_run_takes() {
+    // The check refuses sizes that do not fit this machine; its estimate
+    // per byte was f32's for bf16 too, which holds about twice as much
+    // (its buffers but the bucket are f32), so a size it let through
+    // could abort a rank in the allocator. The peak RSS of the largest
+    // process (ranks are this test's grandchildren, waited for by the
+    // launcher), as it grows from one size to another, must stay within
+    // the estimate and past f32's. (The growth, since a process's fixed
+    // memory weighs on small sizes.)
+    use nix::sys::resource::{getrusage, UsageWho};
+    use tools::perf::args::CollDtype;
+    use tools::perf::coll::memory_per_byte;
+    let peak_after = |size: &str| {
+        let out = perf(&[
+            "allreduce",
+            "--local-ranks",
+            "2",
+            "--dtype",
+            "bf16",
+            "-b",
+            size,
+            "-e",
+            size,
+            "-n",
+            "1",
+            "-w",
+            "0",
+        ]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        // The largest so far, of every child waited for.
+        getrusage(UsageWho::RUSAGE_CHILDREN).unwrap().max_rss() * 1024
+    };
+    let small = peak_after("8M");
+    let big = peak_after("40M");
+    let per_byte = (big - small) as f64 / (32 << 20) as f64;
+    assert!(
+        per_byte <= memory_per_byte(CollDtype::Bf16) as f64,
+        "a rank grew by {per_byte:.1}x the size"
+    );
+    assert!(
+        per_byte > memory_per_byte(CollDtype::F32) as f64,
+        "the case this test is about: {per_byte:.1}x"
+    );
+}

@@ -218,3 +218,42 @@ fn servers_without_a_duration_run_until_a_signal() {
     let summary = stop_server(echo);
     assert_eq!(summary["rx"], 10, "{summary}");
 }
+
+#[test]
+fn tcp_client_against_a_peer_that_never_answers_gives_up_after_its_timeout() {
+    // A listener that accepts and reads to the end but never writes the
+    // count back (a paused server, another service): the client waited
+    // for the answer for ever.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let target = listener.local_addr().unwrap().to_string();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for s in listener.incoming().flatten() {
+            let mut r = s.try_clone().unwrap();
+            held.push(s);
+            std::thread::spawn(move || std::io::copy(&mut r, &mut std::io::sink()));
+        }
+    });
+    let start = std::time::Instant::now();
+    let mut client = Command::new(PERF)
+        .args(["tcp-client", "--target", &target, "--bytes", "1000"])
+        .args(["--connect-timeout", "1"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    while client.try_wait().unwrap().is_none() {
+        if start.elapsed() > std::time::Duration::from_secs(5) {
+            let _ = client.kill();
+            let _ = client.wait();
+            panic!("tcp-client still waiting after 5 s");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let out = client.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("nothing moved for 1 s (--connect-timeout)") && stderr.contains(&target),
+        "{stderr}"
+    );
+}

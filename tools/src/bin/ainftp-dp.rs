@@ -6,7 +6,9 @@ use tools::dp::{self, args::DpArgs};
 
 fn main() -> ExitCode {
     tools::init_logging();
-    if std::env::args().nth(1).as_deref() == Some("certs") {
+    // args_os: an argument that is not UTF-8 is clap's to refuse, in one
+    // line (args() panics on it).
+    if std::env::args_os().nth(1).is_some_and(|a| a == "certs") {
         return certs();
     }
     let (args, _) = tools::parse_args::<DpArgs>();

@@ -59,7 +59,7 @@ fn verdict(id: &str, a: &PerfArgs) -> Option<std::result::Result<(), String>> {
         "mode" | "json" => Ok(()),
         // Packet modes always run on DPDK ports.
         "pci" | "vdev" | "eal_args" => on(packet(m) || stacked(m), Transport::Dpdk),
-        "ip" | "mbuf_arena" | "mtu" => on(stacked(m), Transport::Dpdk),
+        "ip" | "gateway" | "mbuf_arena" | "mtu" => on(stacked(m), Transport::Dpdk),
         // A collective's stack runs on one lcore per lane, inline.
         "steering" => on(quic(m), Transport::Dpdk),
         // Collectives pin their lanes with it on either transport.
@@ -95,7 +95,9 @@ fn verdict(id: &str, a: &PerfArgs) -> Option<std::result::Result<(), String>> {
         "bytes" if m == Mode::QuicClient => when(true, !rr, "--test rr"),
         "bytes" => in_modes(matches!(m, Mode::TcpClient | Mode::Gpu)),
         "transport" | "certs" | "cc" | "pacing" => in_modes(stacked(m)),
-        "connect_timeout" => in_modes(m == Mode::QuicClient || m.is_collective()),
+        "connect_timeout" => {
+            in_modes(matches!(m, Mode::QuicClient | Mode::TcpClient) || m.is_collective())
+        }
         "max_payload" => in_modes(quic(m)),
         "iters" => in_modes(m == Mode::Gpu || m.is_collective()),
         // On DPDK the port's MTU sets the datagram size.

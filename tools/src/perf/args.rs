@@ -311,6 +311,12 @@ pub struct PerfArgs {
     #[arg(long, value_name = "ADDR/N")]
     pub ip: Vec<String>,
 
+    /// quic-*, collectives, --transport dpdk: the router for destinations
+    /// outside --ip's subnet (none: only the subnet is reachable). One for
+    /// every port, or one per --ip, in their order.
+    #[arg(long, value_name = "ADDR")]
+    pub gateway: Vec<String>,
+
     /// quic-client: bulk goodput or request/response latency.
     #[arg(long, value_enum, default_value_t = QuicTest::Bulk)]
     pub test: QuicTest,
@@ -322,8 +328,10 @@ pub struct PerfArgs {
 
     /// quic-client: seconds a handshake may take before the run fails
     /// (nobody listening, a wrong address, a dropped path; 0: no limit)
-    /// [default: 10]. Collectives: seconds for every rank to join, the
-    /// rendezvous and the connections (more than 0) [default: 60].
+    /// [default: 10]. tcp-client: seconds the connect, and then each send
+    /// or the server's answer, may stall (0: no limit) [default: 10].
+    /// Collectives: seconds for every rank to join, the rendezvous and the
+    /// connections (more than 0) [default: 60].
     #[arg(long, value_name = "SECS", value_parser = crate::seconds::parse, allow_negative_numbers = true)]
     pub connect_timeout: Option<f64>,
 
@@ -355,8 +363,10 @@ pub struct PerfArgs {
     /// --transport dpdk: the port's MTU (jumbo frames, e.g. 9000, where the
     /// device allows; mbufs are sized to hold a whole frame). Default: the
     /// device's; with --local-ranks, the virtual links' MTU, by default the
-    /// largest net_af_xdp takes (3438; 1500 with --mbuf-arena).
-    #[arg(long, value_parser = clap::value_parser!(u16).range(68..))]
+    /// largest net_af_xdp takes (3438; 1500 with --mbuf-arena). At least
+    /// 1228: QUIC sends 1200-byte datagrams, and the stack does not
+    /// fragment.
+    #[arg(long, value_parser = clap::value_parser!(u16).range(MIN_QUIC_MTU as i64..))]
     pub mtu: Option<u16>,
 
     /// Print one JSON summary object as the last line (collectives: one
@@ -514,6 +524,10 @@ impl PerfArgs {
 /// Most `--conns`: tcp-client runs a thread per connection, and the QUIC
 /// client's connection table is sized for far fewer.
 pub const MAX_CONNS: usize = 1024;
+
+/// The smallest port MTU QUIC runs on: a 1200-byte datagram (RFC 9000,
+/// 14.1) and its IPv4 and UDP headers.
+pub const MIN_QUIC_MTU: u16 = 1200 + 20 + 8;
 
 /// The largest size `parse_bytes` takes (1 TiB); whether the buffers fit
 /// this machine is checked when a run starts.

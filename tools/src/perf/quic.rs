@@ -93,11 +93,13 @@ pub(crate) fn dpdk_runtime(args: &PerfArgs) -> Result<(dpdk_ffi::Eal, Runtime, O
     Ok((eal, rt, arena))
 }
 
-/// One DPDK port of ours: the device and our address on it.
+/// One DPDK port of ours: the device, our address on it, and the router
+/// beyond its subnet.
 pub(crate) struct PortSpec {
     pub device: String,
     pub ip: Ipv4Addr,
     pub prefix: u8,
+    pub gateway: Option<Ipv4Addr>,
 }
 
 /// The `want` ports of `--pci` then `--vdev`, each with its `--ip`, in
@@ -119,17 +121,37 @@ pub(crate) fn dpdk_ports(args: &PerfArgs, want: usize) -> Result<Vec<PortSpec>> 
             args.ip.len()
         )));
     }
+    let gateways = args
+        .gateway
+        .iter()
+        .map(|g| {
+            g.parse::<Ipv4Addr>()
+                .map_err(|_| Error::Usage(format!("--gateway {g} is not an IPv4 address")))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let gateway_of = |k: usize| match gateways.len() {
+        0 => Ok(None),
+        1 => Ok(Some(gateways[0])),
+        n if n == want => Ok(Some(gateways[k])),
+        n => Err(Error::Usage(format!(
+            "--gateway: give one for every port or one per --ip ({want}), not {n}"
+        ))),
+    };
     devices
         .into_iter()
         .zip(&args.ip)
-        .map(|(device, ip)| {
+        .enumerate()
+        .map(|(k, (device, ip))| {
             let (ip, prefix) = crate::dp::config::parse_cidr(ip)?;
+            let mut rt = RuntimeConfig::new(device, ip, prefix);
+            rt.gateway = gateway_of(k)?;
             // Before DPDK starts, so a bad address is named first.
-            crate::dp::config::check_host(&RuntimeConfig::new(device, ip, prefix))?;
+            crate::dp::config::check_host(&rt)?;
             Ok(PortSpec {
                 device: device.clone(),
                 ip,
                 prefix,
+                gateway: rt.gateway,
             })
         })
         .collect()
@@ -162,6 +184,7 @@ pub(crate) fn port_runtime(
     port: &PortSpec,
 ) -> Result<(Runtime, Option<ArenaPool>)> {
     let mut cfg = RuntimeConfig::new(&port.device, port.ip, port.prefix);
+    cfg.gateway = port.gateway;
     cfg.idle = args.idle.into();
     cfg.steering = args.steering;
     cfg.mtu = args.mtu;
@@ -280,6 +303,12 @@ where
         Transport::Dpdk => {
             let (_eal, rt, _arena) = dpdk_runtime(args)?;
             let ip = rt.host().ip;
+            if let Some(to) = route_to.filter(|to| rt.host().next_hop(*to.ip()).is_none()) {
+                return Err(Error::Usage(format!(
+                    "--target {to} is outside {ip}/{} (--ip) and there is no --gateway: the stack could send it nothing",
+                    rt.host().prefix_len
+                )));
+            }
             let max_payload = rt.max_payload();
             crate::eline!(
                 "ainftp-perf: port MTU {}, UDP payloads up to {max_payload} B",

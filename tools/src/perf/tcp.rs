@@ -1,11 +1,14 @@
 //! Kernel TCP bulk transfer, the baseline QUIC goodput is compared with:
 //! `tcp-server` reads each connection to EOF and answers with the byte
 //! count (u64, big endian); `tcp-client` sends `--bytes` on each of
-//! `--conns` connections at once and times it to the answers.
+//! `--conns` connections at once and times it to the answers. A client
+//! waits at most `--connect-timeout` for the connection and for each
+//! send or the answer to move, so a peer that accepts and never answers
+//! (a paused server, some other service) ends the run with one line.
 
-use std::io::{Read, Write};
-use std::net::{Shutdown, TcpListener, TcpStream};
-use std::time::Instant;
+use std::io::{ErrorKind, Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::time::{Duration, Instant};
 
 use serde_json::json;
 
@@ -60,15 +63,27 @@ fn serve(mut s: TcpStream) {
     let _ = s.write_all(&total.to_be_bytes());
 }
 
+/// Seconds `tcp-client` waits for anything to move when
+/// `--connect-timeout` is not given.
+const DEFAULT_STALL_SECS: f64 = 10.0;
+
 /// Upload `--bytes` on each of `--conns` connections in parallel.
 pub fn client(args: &PerfArgs) -> Result<serde_json::Value> {
     let target = addr("--target", &args.target)?;
     let (bytes, conns) = (args.bytes, args.conns);
+    let secs = args.connect_timeout.unwrap_or(DEFAULT_STALL_SECS);
+    // 0: no limit.
+    let limit = (secs > 0.0).then(|| Duration::from_secs_f64(secs));
     let t0 = Instant::now();
     let workers: Vec<_> = (0..conns)
         .map(|_| {
             std::thread::spawn(move || -> std::io::Result<u64> {
-                let mut s = TcpStream::connect(target)?;
+                let mut s = match limit {
+                    Some(d) => TcpStream::connect_timeout(&SocketAddr::V4(target), d)?,
+                    None => TcpStream::connect(target)?,
+                };
+                s.set_write_timeout(limit)?;
+                s.set_read_timeout(limit)?;
                 let _ = s.set_nodelay(true);
                 let buf = vec![0x5au8; CHUNK];
                 let mut left = bytes;
@@ -86,10 +101,12 @@ pub fn client(args: &PerfArgs) -> Result<serde_json::Value> {
         .collect();
     let mut total = 0;
     for w in workers {
-        let got = w
-            .join()
-            .expect("tcp worker")
-            .map_err(|e| Error::Io(format!("tcp to {target}"), e))?;
+        let got = w.join().expect("tcp worker").map_err(|e| match e.kind() {
+            ErrorKind::WouldBlock | ErrorKind::TimedOut => Error::Usage(format!(
+                "tcp to {target}: nothing moved for {secs} s (--connect-timeout); is an ainftp-perf tcp-server listening there?"
+            )),
+            _ => Error::Io(format!("tcp to {target}"), e),
+        })?;
         if got != bytes {
             return Err(Error::Usage(format!(
                 "server counted {got} bytes of {bytes}"

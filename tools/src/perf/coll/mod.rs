@@ -263,25 +263,35 @@ where
     Ok(())
 }
 
-/// Bytes of memory a rank holds per byte of its largest size: the input,
-/// the bucket, the copy that is checked, and message buffers (measured:
-/// 3.1x at 256 MiB on one rank, 3.7x with two).
-const MEMORY_PER_BYTE: u64 = 4;
+/// Bytes of memory a rank holds per byte of its largest size (peak RSS
+/// over the size). f32: the input, the bucket, the copy that is checked,
+/// and message buffers (measured: 3.1x at 256 MiB on one rank, 3.7x with
+/// two). bf16 holds each of those but the bucket in f32, twice the bytes,
+/// and the communicator's widened f32 copy besides (measured: 7.0x at 64
+/// MiB on one rank, 8.4x with two; `tools/tests/perf_collectives.rs`
+/// checks it).
+pub fn memory_per_byte(dtype: CollDtype) -> u64 {
+    match dtype {
+        CollDtype::F32 => 4,
+        CollDtype::Bf16 => 9,
+    }
+}
 
 /// Refuses sizes whose buffers cannot fit this machine's available
 /// memory, with a message, rather than letting the allocator abort a rank.
 fn check_memory(args: &PerfArgs) -> Result<()> {
     let ranks = args.local_ranks.unwrap_or(1) as u64;
-    let need = args
-        .maxbytes
-        .saturating_mul(MEMORY_PER_BYTE)
-        .saturating_mul(ranks);
+    let per_byte = memory_per_byte(args.dtype);
+    let need = args.maxbytes.saturating_mul(per_byte).saturating_mul(ranks);
     match mem_available() {
         Some(available) if need > available => Err(Error::Usage(format!(
-            "-e {} needs about {} MiB for {ranks} rank(s) on this machine ({}x per rank); {} MiB are available",
+            "-e {} needs about {} MiB for {ranks} rank(s) on this machine ({per_byte}x per rank with --dtype {}); {} MiB are available",
             args.maxbytes,
             need >> 20,
-            MEMORY_PER_BYTE,
+            match args.dtype {
+                CollDtype::F32 => "f32",
+                CollDtype::Bf16 => "bf16",
+            },
             available >> 20
         ))),
         _ => Ok(()),
