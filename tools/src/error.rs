@@ -21,6 +21,13 @@ pub enum Error {
         "the ranks' results differ bit for bit in {0} row(s): every rank must get the same result"
     )]
     RanksDiffer(u64),
+    /// A run that ended early (its peer went away) after measuring
+    /// something: the binaries print `summary` as a good run's, then `why`.
+    #[error("{why}")]
+    EndedEarly {
+        summary: serde_json::Value,
+        why: String,
+    },
 }
 
 impl From<stack::runtime::Error> for Error {

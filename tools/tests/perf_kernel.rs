@@ -257,3 +257,28 @@ fn tcp_client_against_a_peer_that_never_answers_gives_up_after_its_timeout() {
         "{stderr}"
     );
 }
+
+#[test]
+fn a_pingpong_whose_echo_goes_away_reports_what_it_measured_and_fails() {
+    // The echo ends after a second, long before the count is done: the
+    // run threw away every round trip it had timed.
+    let (echo, _stderr, addr) = start_server_with("udp-echo", "udp echo on ", &["--duration", "1"]);
+    let out = Command::new(PERF)
+        .args(["udp-pingpong", "--target", &addr, "--count", "100000000"])
+        .args(["--warmup", "0", "--json"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    let j: serde_json::Value = serde_json::from_str(stdout.trim())
+        .unwrap_or_else(|e| panic!("stdout is not one JSON object ({e}): {stdout} {stderr}"));
+    assert!(j["count"].as_u64().unwrap() > 0, "{j}");
+    assert_eq!(j["ended_early"], true, "{j}");
+    let last = stderr.lines().last().unwrap_or_default();
+    assert!(
+        last.contains(&addr) && !stderr.contains("panicked"),
+        "{stderr}"
+    );
+    drop(echo);
+}

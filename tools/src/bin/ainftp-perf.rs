@@ -46,6 +46,9 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(e) => {
+            if let (tools::error::Error::EndedEarly { summary, .. }, true) = (&e, args.json) {
+                tools::oline!("{summary}");
+            }
             tools::eline!("ainftp-perf: {e}");
             ExitCode::FAILURE
         }

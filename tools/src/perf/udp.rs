@@ -90,11 +90,14 @@ pub fn pingpong(args: &PerfArgs) -> Result<serde_json::Value> {
     // the warm-up, kept apart so that count + lost is what was asked.
     let (mut lost, mut warmup_lost, mut stray, mut lost_in_a_row) = (0u64, 0u64, 0u64, 0u32);
     let total = args.warmup + args.count;
-    for seq in 0..total {
+    // Why the run ended before `total` probes: the target went away.
+    let mut ended: Option<String> = None;
+    'probes: for seq in 0..total {
         if lost_in_a_row == LOST_IN_A_ROW {
-            return Err(Error::Usage(format!(
+            ended = Some(format!(
                 "udp-pingpong: no reply from {target} to {LOST_IN_A_ROW} probes in a row (is an echo service running there?)"
-            )));
+            ));
+            break;
         }
         if stop.load(Ordering::Relaxed) {
             break;
@@ -102,7 +105,8 @@ pub fn pingpong(args: &PerfArgs) -> Result<serde_json::Value> {
         payload[..8].copy_from_slice(&seq.to_be_bytes());
         let sent_at = Instant::now();
         if let Err(e) = sock.send(&payload) {
-            return Err(Error::Io(format!("send to {target}"), e));
+            ended = Some(format!("udp-pingpong: send to {target}: {e}"));
+            break;
         }
         let deadline = sent_at + Duration::from_secs(1);
         loop {
@@ -127,24 +131,36 @@ pub fn pingpong(args: &PerfArgs) -> Result<serde_json::Value> {
                     }
                     std::hint::spin_loop();
                 }
-                Err(e) => return Err(Error::Io(format!("receive from {target}"), e)),
+                // Connection refused: the target's port closed.
+                Err(e) => {
+                    ended = Some(format!("udp-pingpong: receive from {target}: {e}"));
+                    break 'probes;
+                }
             }
         }
     }
     if hist.is_empty() {
-        return Err(Error::Usage(format!(
-            "udp-pingpong: no round trip to {target} measured ({lost} lost, {warmup_lost} in the warm-up)"
-        )));
+        return Err(Error::Usage(match ended {
+            Some(why) => why,
+            None => format!(
+                "udp-pingpong: no round trip to {target} measured ({lost} lost, {warmup_lost} in the warm-up)"
+            ),
+        }));
     }
     let us = |q: f64| hist.value_at_quantile(q) as f64 / 1000.0;
     crate::eline!(
         "ainftp-perf: {} round trips of {} B to {target}: p50 {:.1} us  p99 {:.1} us  p999 {:.1} us  max {:.1} us  lost {lost}",
         hist.len(), args.size, us(0.5), us(0.99), us(0.999), hist.max() as f64 / 1000.0
     );
-    Ok(json!({
+    let summary = json!({
         "mode": "udp-pingpong", "target": target.to_string(), "size": args.size,
         "count": hist.len(), "lost": lost, "warmup_lost": warmup_lost, "stray": stray,
         "p50_us": us(0.5), "p99_us": us(0.99), "p999_us": us(0.999),
-        "max_us": hist.max() as f64 / 1000.0,
-    }))
+        "max_us": hist.max() as f64 / 1000.0, "ended_early": ended.is_some(),
+    });
+    match ended {
+        // What was measured is reported, and the run still fails.
+        Some(why) => Err(Error::EndedEarly { summary, why }),
+        None => Ok(summary),
+    }
 }
