@@ -1272,54 +1272,6 @@ fn frames_held_back_are_taken_after_their_sender_closed() {
     }
 }
 
-/// Kernel UDP whose sends can be cut: from then on every datagram is
-/// taken and dropped, as a path that loses them would.
-struct Cuttable {
-    inner: KernelUdp,
-    cut: std::sync::Arc<std::sync::atomic::AtomicBool>,
-}
-
-impl PacketIo for Cuttable {
-    type Buf = <KernelUdp as PacketIo>::Buf;
-    fn recv_burst(&mut self, out: &mut Vec<Self::Buf>, max: usize) -> usize {
-        self.inner.recv_burst(out, max)
-    }
-    fn alloc(&mut self) -> Option<Self::Buf> {
-        self.inner.alloc()
-    }
-    fn send_burst(&mut self, bufs: &mut Vec<Self::Buf>) -> usize {
-        if !self.cut.load(std::sync::atomic::Ordering::Relaxed) {
-            return self.inner.send_burst(bufs);
-        }
-        let n = bufs.len();
-        for b in bufs.drain(..) {
-            self.inner.release(b);
-        }
-        n
-    }
-    fn release(&mut self, buf: Self::Buf) {
-        self.inner.release(buf)
-    }
-    fn poll(&mut self, now: Instant) {
-        self.inner.poll(now)
-    }
-    fn local_ip(&self) -> std::net::Ipv4Addr {
-        self.inner.local_ip()
-    }
-    fn max_payload(&self) -> usize {
-        self.inner.max_payload()
-    }
-}
-
-impl collectives::driver::Backend for Cuttable {
-    fn wait(&mut self, writable: bool, timeout: Duration) -> collectives::Result<()> {
-        collectives::driver::Backend::wait(&mut self.inner, writable, timeout)
-    }
-    fn local_port(&self) -> u16 {
-        self.inner.local_addr().port()
-    }
-}
-
 #[test]
 fn a_failed_ranks_goodbye_reaches_its_peers_when_its_quic_close_is_lost() {
     // Three ranks through the rendezvous complete one all-reduce. Then
@@ -1348,11 +1300,8 @@ fn a_failed_ranks_goodbye_reaches_its_peers_when_its_quic_close_is_lost() {
                 let inner =
                     KernelUdp::bind("127.0.0.1:0".parse().unwrap(), cfg.udp.clone()).unwrap();
                 let advertise = inner.local_addr();
-                let cut = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-                let io = Cuttable {
-                    inner,
-                    cut: cut.clone(),
-                };
+                let io = common::faulty::Faulty::new(inner);
+                let cut = io.cut.clone();
                 let mut c = Communicator::from_env_with_at(&env, io, advertise, cfg).unwrap();
                 let mut buf = vec![1.0f32; 1000];
                 c.all_reduce(&mut buf, ReduceOp::Sum).unwrap();

@@ -265,87 +265,6 @@ fn a_refused_collective_leaves_the_lanes_usable() {
     }
 }
 
-/// Kernel UDP with faults put in on purpose: it loses its first
-/// `lose_small` datagrams of under 100 bytes (past the padded handshake:
-/// the hello that names the dialling rank, acknowledgements), and panics
-/// once when its sends pass `panic_after` (a bug in a lane).
-struct Faulty {
-    inner: stack::io::kernel::KernelUdp,
-    lose_small: usize,
-    panic_after: Option<usize>,
-    sent: usize,
-}
-
-impl Faulty {
-    fn new(inner: stack::io::kernel::KernelUdp) -> Faulty {
-        Faulty {
-            inner,
-            lose_small: 0,
-            panic_after: None,
-            sent: 0,
-        }
-    }
-}
-
-impl stack::io::PacketIo for Faulty {
-    type Buf = <stack::io::kernel::KernelUdp as stack::io::PacketIo>::Buf;
-
-    fn recv_burst(&mut self, out: &mut Vec<Self::Buf>, max: usize) -> usize {
-        self.inner.recv_burst(out, max)
-    }
-
-    fn alloc(&mut self) -> Option<Self::Buf> {
-        self.inner.alloc()
-    }
-
-    fn release(&mut self, buf: Self::Buf) {
-        self.inner.release(buf)
-    }
-
-    fn send_burst(&mut self, bufs: &mut Vec<Self::Buf>) -> usize {
-        self.sent += bufs.len();
-        if self.panic_after.is_some_and(|n| self.sent > n) {
-            self.panic_after = None;
-            panic!("lane panics on purpose");
-        }
-        let mut lost = 0;
-        let mut keep = Vec::with_capacity(bufs.len());
-        for b in bufs.drain(..) {
-            if self.lose_small > 0 && stack::io::Datagram::payload(&b).len() < 100 {
-                self.lose_small -= 1;
-                lost += 1;
-                self.inner.release(b);
-            } else {
-                keep.push(b);
-            }
-        }
-        *bufs = keep;
-        lost + self.inner.send_burst(bufs)
-    }
-
-    fn poll(&mut self, now: Instant) {
-        self.inner.poll(now)
-    }
-
-    fn local_ip(&self) -> std::net::Ipv4Addr {
-        self.inner.local_ip()
-    }
-
-    fn max_payload(&self) -> usize {
-        self.inner.max_payload()
-    }
-}
-
-impl collectives::driver::Backend for Faulty {
-    fn wait(&mut self, writable: bool, timeout: Duration) -> collectives::Result<()> {
-        self.inner.wait(writable, timeout)
-    }
-
-    fn local_port(&self) -> u16 {
-        self.inner.local_addr().port()
-    }
-}
-
 #[test]
 fn a_handshake_packet_lost_on_one_lane_does_not_hold_up_the_others() {
     // Rank 0 dials rank 1 on every lane. Its hello on lane 0 (the small
@@ -393,7 +312,7 @@ fn a_handshake_packet_lost_on_one_lane_does_not_hold_up_the_others() {
                         )
                         .unwrap();
                         let addr = inner.local_addr();
-                        let mut io = Faulty::new(inner);
+                        let mut io = common::faulty::Faulty::new(inner);
                         if r == 0 && k == 0 {
                             io.lose_small = 2;
                         }
@@ -439,7 +358,7 @@ fn a_lane_that_panics_fails_the_call_instead_of_hanging_it() {
                 .map(|(k, peers)| {
                     let inner =
                         stack::io::kernel::KernelUdp::bind(peers[r], cfg.udp.clone()).unwrap();
-                    let mut io = Faulty::new(inner);
+                    let mut io = common::faulty::Faulty::new(inner);
                     io.panic_after = (r == 0 && k == 1).then_some(200);
                     Communicator::with_backend(r, world, io, peers, cfg.clone()).unwrap()
                 })

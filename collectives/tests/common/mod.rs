@@ -1,6 +1,8 @@
 //! Shared helpers: inputs, f64 references and the documented error bounds.
 #![allow(dead_code)]
 
+pub mod faulty;
+
 use collectives::sim::{Job, Sim, SimConfig};
 use std::ops::Range;
 
