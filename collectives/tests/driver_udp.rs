@@ -4,6 +4,9 @@
 
 mod common;
 
+use common::faulty::Faulty;
+
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use collectives::driver::mesh::COLL_ALPN;
@@ -1272,22 +1275,17 @@ fn frames_held_back_are_taken_after_their_sender_closed() {
     }
 }
 
-#[test]
-fn a_failed_ranks_goodbye_reaches_its_peers_when_its_quic_close_is_lost() {
-    // Three ranks through the rendezvous complete one all-reduce. Then
-    // rank 2's path starts losing everything it sends; it starts the
-    // next all-reduce and is dropped (failed: "dropped mid-collective"),
-    // so its QUIC goodbyes and close are all lost. Its liveness link
-    // still says goodbye to rank 0, which tells rank 1: both must fail
-    // the all-reduce at once, naming rank 2, not after their timeout.
+/// Runs `f` on three ranks that meet through the rendezvous (each in a
+/// thread, over a `Faulty` backend whose `cut` switch, given to `f`, loses
+/// everything from then on), with `cfg`; their results in rank order.
+fn three_through_the_rendezvous<T: Send + 'static>(
+    cfg: DriverConfig,
+    f: impl Fn(usize, Communicator<Faulty>, &AtomicBool) -> T + Send + Sync + Clone + 'static,
+) -> Vec<T> {
     let master_port = a_free_tcp_port();
-    let cfg = DriverConfig {
-        timeout: Duration::from_secs(8),
-        ..DriverConfig::default()
-    };
     let ranks: Vec<_> = (0..3)
         .map(|rank| {
-            let cfg = cfg.clone();
+            let (cfg, f) = (cfg.clone(), f.clone());
             std::thread::spawn(move || {
                 let env = collectives::driver::RankEnv {
                     rank,
@@ -1300,28 +1298,52 @@ fn a_failed_ranks_goodbye_reaches_its_peers_when_its_quic_close_is_lost() {
                 let inner =
                     KernelUdp::bind("127.0.0.1:0".parse().unwrap(), cfg.udp.clone()).unwrap();
                 let advertise = inner.local_addr();
-                let io = common::faulty::Faulty::new(inner);
+                let io = Faulty::new(inner);
                 let cut = io.cut.clone();
-                let mut c = Communicator::from_env_with_at(&env, io, advertise, cfg).unwrap();
-                let mut buf = vec![1.0f32; 1000];
-                c.all_reduce(&mut buf, ReduceOp::Sum).unwrap();
-                assert_eq!(buf[0], 3.0);
-                if rank == 2 {
-                    cut.store(true, std::sync::atomic::Ordering::Relaxed);
-                    let h = c
-                        .start(Collective::all_reduce(ReduceOp::Sum), vec![1.0; 1000])
-                        .unwrap();
-                    let _ = c.test(&h);
-                    drop(c);
-                    return None;
-                }
-                let start = Instant::now();
-                let r = c.all_reduce(&mut buf, ReduceOp::Sum);
-                Some((r, start.elapsed()))
+                let c = Communicator::from_env_with_at(&env, io, advertise, cfg).unwrap();
+                f(rank, c, &cut)
             })
         })
         .collect();
-    let out: Vec<_> = ranks.into_iter().map(|h| h.join().unwrap()).collect();
+    ranks.into_iter().map(|h| h.join().unwrap()).collect()
+}
+
+/// Starts a collective and drops the communicator: it leaves failed
+/// ("dropped mid-collective").
+fn leave_failed(mut c: Communicator<Faulty>) {
+    let h = c
+        .start(Collective::all_reduce(ReduceOp::Sum), vec![1.0; 1000])
+        .unwrap();
+    let _ = c.test(&h);
+}
+
+fn eight_second_timeout() -> DriverConfig {
+    DriverConfig {
+        timeout: Duration::from_secs(8),
+        ..DriverConfig::default()
+    }
+}
+
+#[test]
+fn a_failed_ranks_goodbye_reaches_its_peers_when_its_quic_close_is_lost() {
+    // Three ranks complete one all-reduce. Then rank 2's path starts
+    // losing everything it sends, and it leaves failed: its QUIC goodbyes
+    // and close are all lost. Its liveness link still says goodbye to
+    // rank 0, which tells rank 1: both must fail the next all-reduce at
+    // once, naming rank 2, not after their 8 s timeout.
+    let out = three_through_the_rendezvous(eight_second_timeout(), |rank, mut c, cut| {
+        let mut buf = vec![1.0f32; 1000];
+        c.all_reduce(&mut buf, ReduceOp::Sum).unwrap();
+        assert_eq!(buf[0], 3.0);
+        if rank == 2 {
+            cut.store(true, Ordering::Relaxed);
+            leave_failed(c);
+            return None;
+        }
+        let start = Instant::now();
+        let r = c.all_reduce(&mut buf, ReduceOp::Sum);
+        Some((r, start.elapsed()))
+    });
     for (rank, got) in out.into_iter().enumerate().take(2) {
         let (r, took) = got.unwrap();
         let err = r.expect_err("rank 2 left");
@@ -1331,6 +1353,115 @@ fn a_failed_ranks_goodbye_reaches_its_peers_when_its_quic_close_is_lost() {
             matches!(err, Error::PeerLeft { failed: true, .. }),
             "rank {rank}: {err}"
         );
+        assert!(took < Duration::from_secs(3), "rank {rank} took {took:?}");
+    }
+}
+
+#[test]
+fn rank_0_relays_a_goodbye_to_a_rank_that_hears_nothing_else() {
+    // Ranks 0 and 2 both lose everything they send from the second
+    // all-reduce on, and rank 2 leaves failed. Rank 1 hears nothing over
+    // QUIC from either: only rank 0's relay (`left 2 ...`) on its
+    // liveness link names rank 2, ahead of rank 0's own goodbye.
+    let out = three_through_the_rendezvous(eight_second_timeout(), |rank, mut c, cut| {
+        let mut buf = vec![1.0f32; 1000];
+        c.all_reduce(&mut buf, ReduceOp::Sum).unwrap();
+        // Rank 0's last sends have reached rank 1 (loopback, one flight).
+        std::thread::sleep(Duration::from_millis(100));
+        match rank {
+            2 => {
+                cut.store(true, Ordering::Relaxed);
+                leave_failed(c);
+                None
+            }
+            _ => {
+                if rank == 0 {
+                    cut.store(true, Ordering::Relaxed);
+                }
+                let start = Instant::now();
+                let r = c.all_reduce(&mut buf, ReduceOp::Sum);
+                Some((r, start.elapsed()))
+            }
+        }
+    });
+    let (r, took) = out[1]
+        .clone()
+        .map(|(r, t)| (r.map_err(|e| e.to_string()), t))
+        .unwrap();
+    let err = r.expect_err("rank 2 left");
+    assert!(
+        err.starts_with("rank 2 ("),
+        "named rank 2 itself: {err} after {took:?}"
+    );
+    assert!(took < Duration::from_secs(3), "took {took:?}");
+}
+
+#[test]
+fn a_shutdown_does_not_wait_for_a_rank_whose_goodbye_came_on_its_link() {
+    // Rank 2 leaves failed with its QUIC close lost. Ranks 0 and 1 then
+    // shut down cleanly: they waited their whole 8 s timeout for rank 2's
+    // stream to finish, which it never will.
+    let out = three_through_the_rendezvous(eight_second_timeout(), |rank, mut c, cut| {
+        let mut buf = vec![1.0f32; 1000];
+        c.all_reduce(&mut buf, ReduceOp::Sum).unwrap();
+        if rank == 2 {
+            cut.store(true, Ordering::Relaxed);
+            leave_failed(c);
+            return None;
+        }
+        // Rank 0 hears the goodbye first and relays it as its shutdown
+        // starts; rank 1 has it by its own.
+        std::thread::sleep(Duration::from_millis(300 + 500 * rank as u64));
+        let start = Instant::now();
+        let r = c.shutdown();
+        Some((r, start.elapsed()))
+    });
+    for (rank, got) in out.into_iter().enumerate().take(2) {
+        let (r, took) = got.unwrap();
+        match r {
+            Ok(()) | Err(Error::PeerUnfinished { rank: 2, .. }) => {}
+            other => panic!("rank {rank}: {other:?}"),
+        }
+        assert!(took < Duration::from_secs(3), "rank {rank} took {took:?}");
+    }
+}
+
+#[test]
+fn a_rank_whose_last_data_was_cut_off_is_named_once_its_goodbye_is_heard() {
+    // Rank 2 roots a broadcast: its call completes once the data is
+    // queued. Its path then loses everything, before QUIC sent most of
+    // it, and it leaves failed with the close lost too. Its goodbye (on
+    // the liveness link) says it completed the broadcast, so the others,
+    // still waiting for the rest of it, must see that nothing more can
+    // come from it and fail at once, not wait out their 8 s timeout.
+    let n = 1 << 18;
+    let out = three_through_the_rendezvous(eight_second_timeout(), move |rank, mut c, cut| {
+        let mut buf = vec![rank as f32; n];
+        if rank == 2 {
+            c.broadcast(&mut buf, 2).unwrap();
+            cut.store(true, Ordering::Relaxed);
+            leave_failed(c);
+            return None;
+        }
+        let start = Instant::now();
+        let r = c.broadcast(&mut buf, 2);
+        Some((r, start.elapsed()))
+    });
+    for (rank, got) in out.into_iter().enumerate().take(2) {
+        let (r, took) = got.unwrap();
+        match r {
+            Err(Error::PeerLeft {
+                rank: 2,
+                completed: 1,
+                failed: true,
+                ..
+            }) => {}
+            // Rank 1 may hear first that rank 0 left for it.
+            Err(e) if rank == 1 && e.peer_at_fault() == Some(2) => {}
+            other => {
+                panic!("rank {rank}: expected rank 2's departure, got {other:?} after {took:?}")
+            }
+        }
         assert!(took < Duration::from_secs(3), "rank {rank} took {took:?}");
     }
 }

@@ -26,7 +26,8 @@ impl ArenaPool {
         let err = |e: gpudirect::Error| Error::Usage(format!("--mbuf-arena: {e}"));
         let room = data_room as usize;
         // Twice the buffers' bytes: in IOVA-as-PA mode each page holds whole
-        // buffers only, and with normal-page fallback that wastes up to half.
+        // buffers only. (There an arena of normal pages, the fallback when
+        // hugepages run short, is refused: the kernel may move its pages.)
         let len = 2 * mbufs as usize * room.next_multiple_of(gpudirect::CACHE_LINE) + (4 << 20);
         let arena = Arena::new(len, &MemOptions::default()).map_err(err)?;
         let dpdk = DpdkArena::register(eal, &arena).map_err(err)?;

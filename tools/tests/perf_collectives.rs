@@ -746,6 +746,19 @@ fn missing_environment_and_bad_dpdk_flags_are_one_line_errors() {
     assert!(!out.status.success());
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
     assert!(stderr.contains("--vdev is chosen per rank"), "{stderr}");
+    // So is a gateway: the ranks' virtual network has none.
+    let out = perf(&[
+        "allreduce",
+        "--local-ranks",
+        "2",
+        "--transport",
+        "dpdk",
+        "--gateway",
+        "10.98.0.1",
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(stderr.contains("--gateway is chosen per rank"), "{stderr}");
 
     // Local ranks get their CPUs from the launcher.
     let out = perf(&["allreduce", "--local-ranks", "2", "--lcores", "0"]);
@@ -897,6 +910,7 @@ fn the_memory_check_holds_what_a_bf16_run_takes() {
     let small = peak_after("8M");
     let big = peak_after("40M");
     let per_byte = (big - small) as f64 / (32 << 20) as f64;
+    eprintln!("bf16: a rank's peak RSS grew by {per_byte:.2}x the size");
     assert!(
         per_byte <= memory_per_byte(CollDtype::Bf16) as f64,
         "a rank grew by {per_byte:.1}x the size"

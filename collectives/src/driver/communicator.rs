@@ -531,6 +531,8 @@ impl<B: Backend> Communicator<B> {
                 self.queue.len().max(1)
             ))));
         }
+        // A rank known gone from its liveness link has nothing to finish.
+        self.read_watch(Instant::now());
         let bye = Goodbye::new(self.engine.completed_seq(), None);
         let unfinished = self.mesh.close(&mut self.engine, self.cfg.timeout, bye);
         if let Some(mut w) = self.watch.take() {
@@ -629,13 +631,8 @@ impl<B: Backend> Communicator<B> {
     fn round(&mut self, buf: &mut [f32], complete: &mut bool, nap: Option<Duration>) -> Result<()> {
         let work = self.mesh.turn(&mut self.engine, buf, complete)?;
         let now = Instant::now();
-        if let Some(w) = self.watch.as_mut().filter(|_| now >= self.clock.next_watch) {
-            w.poll();
-            for (rank, bye) in w.take_departed() {
-                if rank != self.rank {
-                    self.mesh.note_departed(rank, bye);
-                }
-            }
+        if now >= self.clock.next_watch {
+            self.read_watch(now);
             self.clock.next_watch = now + WATCH_EVERY;
         }
         if work > 0 || *complete {
@@ -668,6 +665,20 @@ impl<B: Backend> Communicator<B> {
             self.check_departed(last, now, |r| self.mesh.sends_waiting_for(r))?;
         }
         Ok(())
+    }
+
+    /// Reads the liveness links (rank 0 relays what it hears), and hands
+    /// the goodbyes they carried to the mesh.
+    fn read_watch(&mut self, now: Instant) {
+        let Some(w) = self.watch.as_mut() else {
+            return;
+        };
+        w.poll();
+        for (rank, bye) in w.take_departed() {
+            if rank != self.rank {
+                self.mesh.note_departed_by_link(rank, bye, now);
+            }
+        }
     }
 
     /// A peer that said goodbye before completing collective `seq` (the

@@ -45,6 +45,11 @@ pub fn node_name(rank: usize) -> String {
 }
 const HELLO_MAGIC: &[u8; 8] = b"AINFTPH1";
 const HELLO_LEN: usize = 16;
+/// How long after a rank's goodbye on the liveness link its datagrams may
+/// still arrive: those it sent before closing, in flight (its QUIC sends
+/// nothing after the close, retransmissions included).
+const LINK_BYE_GRACE: Duration = Duration::from_millis(200);
+
 /// Largest frame accepted: far above the engine's largest message (a
 /// 65535-element f32 chunk plus header), far below anything that could
 /// exhaust memory.
@@ -158,6 +163,11 @@ pub struct Mesh<B: Backend> {
     liveness_from: Instant,
     /// Ranks that said goodbye, in the order they did.
     departed: Vec<(usize, Goodbye)>,
+    /// Ranks whose goodbye came on the liveness link, and when. A rank
+    /// says it there after closing its QUIC connections: past
+    /// `LINK_BYE_GRACE` nothing more of it is on the way, even where its
+    /// close was lost and its connections here still look open.
+    left_by_link: Vec<(usize, Instant)>,
     /// Ranks whose address was found closed, with when, in that order.
     closed: Vec<(usize, Instant)>,
     /// When each rank last sent us a datagram (only datagrams: unlike
@@ -249,6 +259,7 @@ impl<B: Backend> Mesh<B> {
             liveness_from: Instant::now(),
             progress_mark: (0, Instant::now()),
             departed: Vec::new(),
+            left_by_link: Vec::new(),
             closed: Vec::new(),
             last_datagram: vec![None; world],
             pending: 0,
@@ -635,18 +646,18 @@ impl<B: Backend> Mesh<B> {
                         continue;
                     }
                     match self.links[i].rank {
+                        // Its goodbye came another way (the stream, or the
+                        // liveness link when the close itself was lost and
+                        // the connection timed out): the departure says
+                        // what fails, with the cause it named.
+                        Some(rank) if self.has_departed(rank) => {
+                            debug!(rank, %reason, "a departed peer's connection closed");
+                        }
                         Some(rank) => {
-                            let mut reason = describe(&reason);
-                            if let Some((_, bye)) = self.departed.iter().find(|(r, _)| *r == rank) {
-                                reason.push_str(&format!(
-                                    ", after saying goodbye with {} collective(s) completed",
-                                    bye.completed
-                                ));
-                            }
                             return Err(Error::PeerClosed {
                                 rank,
                                 addr: peer.to_string(),
-                                reason,
+                                reason: describe(&reason),
                             });
                         }
                         None => {
@@ -1030,9 +1041,14 @@ impl<B: Backend> Mesh<B> {
             let moved = self.turn(engine, &mut [], &mut false).unwrap_or(0);
             self.send_fins();
             // Ranks only: a connection that never said which rank it is
-            // has nothing of ours to wait for.
+            // has nothing of ours to wait for; nor has one whose rank
+            // said goodbye on its liveness link (closed at its end).
+            let now = Instant::now();
             let waiting = self.links.iter().any(|l| {
-                l.rank.is_some() && l.established && !l.closed && !(l.fin_received && l.fin_sent)
+                l.rank.is_some_and(|r| !self.closed_by_link(r, now))
+                    && l.established
+                    && !l.closed
+                    && !(l.fin_received && l.fin_sent)
             });
             if !waiting || start.elapsed() >= linger {
                 break;
@@ -1093,23 +1109,45 @@ impl<B: Backend> Mesh<B> {
     }
 
     /// Whether nothing more can come from `rank`: each of its links is
-    /// closed or has its stream finished, and holds no frame not taken yet.
+    /// closed or has its stream finished (or the rank said goodbye on its
+    /// liveness link a grace ago), and holds no frame not taken yet.
     pub fn nothing_more_from(&self, rank: usize) -> bool {
         let links = &self.peer_links[rank];
+        let gone = self.closed_by_link(rank, Instant::now());
         !links.is_empty()
             && links.iter().all(|&j| {
                 let l = &self.links[j];
-                (l.closed || l.fin_received) && !l.input.has_frame()
+                (gone || l.closed || l.fin_received) && !l.input.has_frame()
             })
+    }
+
+    /// `rank` said goodbye on its liveness link at least `LINK_BYE_GRACE`
+    /// before `now`: its QUIC connections are closed at its end.
+    fn closed_by_link(&self, rank: usize, now: Instant) -> bool {
+        self.left_by_link
+            .iter()
+            .any(|&(r, at)| r == rank && now.saturating_duration_since(at) >= LINK_BYE_GRACE)
     }
 
     /// Records `rank`'s goodbye, once per rank though it comes on every
     /// connection, on the close as well as the stream, and on the liveness
     /// links (`Watch::take_departed`).
     pub fn note_departed(&mut self, rank: usize, bye: Goodbye) {
-        if !self.departed.iter().any(|&(r, _)| r == rank) {
+        if !self.has_departed(rank) {
             self.departed.push((rank, bye));
         }
+    }
+
+    /// `note_departed` for a goodbye heard on the liveness link at `now`.
+    pub fn note_departed_by_link(&mut self, rank: usize, bye: Goodbye, now: Instant) {
+        self.note_departed(rank, bye);
+        if !self.left_by_link.iter().any(|&(r, _)| r == rank) {
+            self.left_by_link.push((rank, now));
+        }
+    }
+
+    fn has_departed(&self, rank: usize) -> bool {
+        self.departed.iter().any(|&(r, _)| r == rank)
     }
 
     /// Queues the goodbye on every link that carries a stream, behind

@@ -421,13 +421,22 @@ mod tests {
         ranks.remove(1).say_bye(FAILED_FOR_1); // rank 2
         let (mut at_0, mut at_1, mut at_3) = (Vec::new(), Vec::new(), Vec::new());
         let start = Instant::now();
-        while start.elapsed() < Duration::from_millis(200) {
+        // Until all have heard it (2 s at most), and 100 ms more: nothing
+        // else may come.
+        let mut all_heard: Option<Instant> = None;
+        while all_heard.is_none_or(|t| t.elapsed() < Duration::from_millis(100))
+            && start.elapsed() < Duration::from_secs(2)
+        {
             zero.poll();
             at_0.extend(zero.take_departed());
             ranks[0].poll();
             at_1.extend(ranks[0].take_departed());
             ranks[1].poll();
             at_3.extend(ranks[1].take_departed());
+            if all_heard.is_none() && [&at_0, &at_1, &at_3].iter().all(|h| !h.is_empty()) {
+                all_heard = Some(Instant::now());
+            }
+            std::thread::sleep(Duration::from_millis(1));
         }
         assert_eq!(zero.lost(), Vec::<usize>::new());
         assert_eq!(ranks[0].lost(), Vec::<usize>::new());

@@ -328,6 +328,12 @@ pub const MIN_MTU: u16 = 68;
 /// is the real one, exists: any unicast address does.
 const STAND_IN_MAC: EthernetAddress = EthernetAddress([2, 0, 0, 0, 0, 1]);
 
+/// Where the host `rt` describes sends a packet for `dst`: `dst` in its
+/// subnet, else its gateway; None when it has no route.
+pub fn next_hop(rt: &RuntimeConfig, dst: std::net::Ipv4Addr) -> Option<std::net::Ipv4Addr> {
+    rt.host_config(rt.mac.unwrap_or(STAND_IN_MAC)).next_hop(dst)
+}
+
 /// Checks the address, gateway, VLAN and MAC before DPDK starts (the
 /// runtime checks them again once the port is up): a mistake there is
 /// named at once, not after EAL's start-up or a TAP device made for

@@ -328,8 +328,9 @@ pub struct PerfArgs {
 
     /// quic-client: seconds a handshake may take before the run fails
     /// (nobody listening, a wrong address, a dropped path; 0: no limit)
-    /// [default: 10]. tcp-client: seconds the connect, and then each send
-    /// or the server's answer, may stall (0: no limit) [default: 10].
+    /// [default: 10]. tcp-client: seconds the connect, and then each send,
+    /// may stall, and the server's answer that long past the time the
+    /// sends took (0: no limit) [default: 10].
     /// Collectives: seconds for every rank to join, the rendezvous and the
     /// connections (more than 0) [default: 60].
     #[arg(long, value_name = "SECS", value_parser = crate::seconds::parse, allow_negative_numbers = true)]

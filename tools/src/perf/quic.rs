@@ -303,12 +303,6 @@ where
         Transport::Dpdk => {
             let (_eal, rt, _arena) = dpdk_runtime(args)?;
             let ip = rt.host().ip;
-            if let Some(to) = route_to.filter(|to| rt.host().next_hop(*to.ip()).is_none()) {
-                return Err(Error::Usage(format!(
-                    "--target {to} is outside {ip}/{} (--ip) and there is no --gateway: the stack could send it nothing",
-                    rt.host().prefix_len
-                )));
-            }
             let max_payload = rt.max_payload();
             crate::eline!(
                 "ainftp-perf: port MTU {}, UDP payloads up to {max_payload} B",
@@ -620,6 +614,19 @@ fn share(total: u64, index: usize, parts: usize) -> u64 {
 /// Bulk goodput or request/response latency against `--target`.
 pub fn client(args: &PerfArgs) -> Result<serde_json::Value> {
     let target = addr("--target", &args.target)?;
+    if args.transport == Transport::Dpdk {
+        // Before DPDK starts: a target the port cannot route to is the
+        // user's to fix.
+        let port = dpdk_ports(args, 1)?.remove(0);
+        let mut rt = RuntimeConfig::new(&port.device, port.ip, port.prefix);
+        rt.gateway = port.gateway;
+        if crate::dp::config::next_hop(&rt, *target.ip()).is_none() {
+            return Err(Error::Usage(format!(
+                "--target {target} is outside {}/{} (--ip) and there is no --gateway: the stack could send it nothing",
+                port.ip, port.prefix
+            )));
+        }
+    }
     let (cfg, _certs) = quic_config(args, "client")?;
     Endpoint::<stack::io::heap::HeapDatagram>::client(cfg.clone(), 0, 1472).map_err(quic_err)?;
     let stop = stop_flag(0.0)?;

@@ -3,8 +3,9 @@
 //! count (u64, big endian); `tcp-client` sends `--bytes` on each of
 //! `--conns` connections at once and times it to the answers. A client
 //! waits at most `--connect-timeout` for the connection and for each
-//! send or the answer to move, so a peer that accepts and never answers
-//! (a paused server, some other service) ends the run with one line.
+//! send to move, and that plus the time its sends took for the answer,
+//! so a peer that accepts and never answers (a paused server, some other
+//! service) ends the run with one line.
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
@@ -83,16 +84,21 @@ pub fn client(args: &PerfArgs) -> Result<serde_json::Value> {
                     None => TcpStream::connect(target)?,
                 };
                 s.set_write_timeout(limit)?;
-                s.set_read_timeout(limit)?;
                 let _ = s.set_nodelay(true);
                 let buf = vec![0x5au8; CHUNK];
                 let mut left = bytes;
+                let writing = Instant::now();
                 while left > 0 {
                     let n = left.min(CHUNK as u64) as usize;
                     s.write_all(&buf[..n])?;
                     left -= n as u64;
                 }
                 s.shutdown(Shutdown::Write)?;
+                // The answer comes once the socket buffers have drained to
+                // the server, which takes at most about as long as the
+                // writes did (on a slow link they waited on that drain):
+                // that long on top of the stall limit.
+                s.set_read_timeout(limit.map(|d| d + writing.elapsed()))?;
                 let mut answer = [0u8; 8];
                 s.read_exact(&mut answer)?;
                 Ok(u64::from_be_bytes(answer))
