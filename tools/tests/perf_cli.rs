@@ -535,7 +535,10 @@ fn a_dpdk_target_beyond_the_subnet_needs_a_gateway() {
     );
     // Refused before DPDK starts: no EAL line, no port.
     let early = run(&[]);
-    assert!(!String::from_utf8_lossy(&early.stderr).contains("port MTU"), "{early:?}");
+    assert!(
+        !String::from_utf8_lossy(&early.stderr).contains("port MTU"),
+        "{early:?}"
+    );
     // With one, the target is routed: the run gets as far as the handshake
     // (nobody answers on net_null).
     assert_ends_saying(&run(&["--gateway", "10.0.0.1"]), "no QUIC server answered");
