@@ -713,19 +713,16 @@ fn missing_environment_and_bad_dpdk_flags_are_one_line_errors() {
         stderr.contains("one --ip ADDR/PREFIX per port: 2 port(s), 1 --ip"),
         "{stderr}"
     );
-    let out = perf(&[
-        "allreduce",
-        "--local-ranks",
-        "2",
-        "--transport",
-        "dpdk",
-        "--mbuf-arena",
-        "--lanes",
-        "2",
-    ]);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success());
-    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    // Refused by the launcher in one line, before anything is created.
+    let refused = |args: &[&str]| {
+        let out = perf(args);
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(!out.status.success());
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+        stderr
+    };
+    let local_dpdk = ["allreduce", "--local-ranks", "2", "--transport", "dpdk"];
+    let stderr = refused(&[&local_dpdk[..], &["--mbuf-arena", "--lanes", "2"]].concat());
     assert!(
         stderr.contains("--mbuf-arena runs with one lane"),
         "{stderr}"
@@ -733,48 +730,21 @@ fn missing_environment_and_bad_dpdk_flags_are_one_line_errors() {
 
     // Local DPDK ranks get their ports from us; a port of the user's is
     // refused before anything is created.
-    let out = perf(&[
-        "allreduce",
-        "--local-ranks",
-        "2",
-        "--transport",
-        "dpdk",
-        "--vdev",
-        "net_null0",
-    ]);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success());
-    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    let stderr = refused(&[&local_dpdk[..], &["--vdev", "net_null0"]].concat());
     assert!(stderr.contains("--vdev is chosen per rank"), "{stderr}");
     // So is a gateway: the ranks' virtual network has none.
-    let out = perf(&[
-        "allreduce",
-        "--local-ranks",
-        "2",
-        "--transport",
-        "dpdk",
-        "--gateway",
-        "10.98.0.1",
-    ]);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success());
+    let stderr = refused(&[&local_dpdk[..], &["--gateway", "10.98.0.1"]].concat());
     assert!(stderr.contains("--gateway is chosen per rank"), "{stderr}");
 
     // Local ranks get their CPUs from the launcher.
-    let out = perf(&["allreduce", "--local-ranks", "2", "--lcores", "0"]);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success());
-    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    let stderr = refused(&["allreduce", "--local-ranks", "2", "--lcores", "0"]);
     assert!(
         stderr.contains("--lcores is chosen per rank with --local-ranks"),
         "{stderr}"
     );
 
     // The arena holds our DPDK stack's buffers: kernel UDP has none.
-    let out = perf(&["allreduce", "--local-ranks", "2", "--mbuf-arena"]);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success());
-    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    let stderr = refused(&["allreduce", "--local-ranks", "2", "--mbuf-arena"]);
     assert!(
         stderr.contains("--mbuf-arena") && stderr.contains("--transport dpdk"),
         "{stderr}"

@@ -692,7 +692,7 @@ impl<B: Backend> Communicator<B> {
         now: Instant,
         concerned: impl Fn(usize) -> bool,
     ) -> Result<()> {
-        let said_goodbye = |r: usize| self.mesh.departed().iter().any(|&(d, _)| d == r);
+        let said_goodbye = |r: usize| self.mesh.has_departed(r);
         // A liveness link says whether a rank's process lives; a closed
         // UDP port says less: a NAT that moved a live rank to a new port
         // leaves the old one closed, and the rank may compute for long

@@ -1146,7 +1146,8 @@ impl<B: Backend> Mesh<B> {
         }
     }
 
-    fn has_departed(&self, rank: usize) -> bool {
+    /// Whether `rank` said goodbye (any way it came).
+    pub fn has_departed(&self, rank: usize) -> bool {
         self.departed.iter().any(|&(r, _)| r == rank)
     }
 
