@@ -1309,13 +1309,18 @@ fn three_through_the_rendezvous<T: Send + 'static>(
 }
 
 /// Starts a collective and drops the communicator: it leaves failed
-/// ("dropped mid-collective").
+/// ("dropped mid-collective"), as long as the others have not sent it
+/// their part yet (their data alone would complete it, its own sends
+/// being lost, and it would leave cleanly, after its linger).
 fn leave_failed(mut c: Communicator<Faulty>) {
-    let h = c
+    let _h = c
         .start(Collective::all_reduce(ReduceOp::Sum), vec![1.0; 1000])
         .unwrap();
-    let _ = c.test(&h);
 }
+
+/// How long the other ranks wait before their next collective, so that
+/// the one leaving is gone first (`leave_failed`).
+const PEERS_LATER: Duration = Duration::from_millis(300);
 
 fn eight_second_timeout() -> DriverConfig {
     DriverConfig {
@@ -1340,6 +1345,8 @@ fn a_failed_ranks_goodbye_reaches_its_peers_when_its_quic_close_is_lost() {
             leave_failed(c);
             return None;
         }
+        // Not before rank 2 is gone: with their data it could complete.
+        std::thread::sleep(PEERS_LATER);
         let start = Instant::now();
         let r = c.all_reduce(&mut buf, ReduceOp::Sum);
         Some((r, start.elapsed()))
@@ -1353,7 +1360,10 @@ fn a_failed_ranks_goodbye_reaches_its_peers_when_its_quic_close_is_lost() {
             matches!(err, Error::PeerLeft { failed: true, .. }),
             "rank {rank}: {err}"
         );
-        assert!(took < Duration::from_secs(3), "rank {rank} took {took:?}");
+        assert!(
+            took < Duration::from_secs(3),
+            "rank {rank} took {took:?}: {err}"
+        );
     }
 }
 
@@ -1378,6 +1388,7 @@ fn rank_0_relays_a_goodbye_to_a_rank_that_hears_nothing_else() {
                 if rank == 0 {
                     cut.store(true, Ordering::Relaxed);
                 }
+                std::thread::sleep(PEERS_LATER);
                 let start = Instant::now();
                 let r = c.all_reduce(&mut buf, ReduceOp::Sum);
                 Some((r, start.elapsed()))
